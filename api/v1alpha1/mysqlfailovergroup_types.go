@@ -1,0 +1,262 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Site is one location of the failover group, for example iad or pdx.
+type Site struct {
+	// Name of the site. Required; unique within the group.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// Host is the MySQL endpoint of the site for the topology driver.
+	// Optional; empty means the site has no reachable endpoint configured and
+	// the group cannot report a confirmed primary there.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Host string `json:"host,omitempty"`
+
+	// Port is the MySQL port of the site. Default 3306.
+	// +optional
+	// +kubebuilder:default=3306
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+}
+
+// PlannedFailoverRequest asks for a planned switchover to TargetSite. A new ID
+// is a new request; re-applying the same ID changes nothing.
+type PlannedFailoverRequest struct {
+	// ID identifies the request. Required.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	ID string `json:"id"`
+
+	// TargetSite is the site to promote. Required; must name one of
+	// spec.sites.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	TargetSite string `json:"targetSite"`
+}
+
+// RestoreInPlaceRequest asks for a restore of the group's data in place,
+// followed by a promotion. A new ID is a new request.
+type RestoreInPlaceRequest struct {
+	// ID identifies the request. Required.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	ID string `json:"id"`
+
+	// TargetSite is the site promoted once the restore completes. Optional;
+	// default: the current active site.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	TargetSite string `json:"targetSite,omitempty"`
+}
+
+// MysqlFailoverGroupSpec declares the sites of a group and the planned
+// operations requested on it.
+type MysqlFailoverGroupSpec struct {
+	// Sites of the group. Required; at least one, names unique.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	Sites []Site `json:"sites"`
+
+	// PlannedFailover requests a planned switchover. Optional; default none.
+	// +optional
+	PlannedFailover *PlannedFailoverRequest `json:"plannedFailover,omitempty"`
+
+	// UpdateRevision changes to request an ordered update. Optional; default
+	// empty (no update requested).
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	UpdateRevision string `json:"updateRevision,omitempty"`
+
+	// RestoreInPlace requests a restore-in-place. Optional; default none.
+	// +optional
+	RestoreInPlace *RestoreInPlaceRequest `json:"restoreInPlace,omitempty"`
+
+	// FailureDetectionSeconds is the detection budget of emergency failover:
+	// how long the primary must be unreachable before the operator promotes
+	// another site. Default 30. Deployment leases never change it.
+	// +optional
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=5
+	// +kubebuilder:validation:Maximum=3600
+	FailureDetectionSeconds int32 `json:"failureDetectionSeconds,omitempty"`
+}
+
+// PlannedFailoverPhase is the phase of a planned failover.
+// +kubebuilder:validation:Enum="";Admitting;Deferred;Promoting;Completed;Failed
+type PlannedFailoverPhase string
+
+// Phases of a planned failover.
+const (
+	PlannedFailoverPhaseNone      PlannedFailoverPhase = ""
+	PlannedFailoverPhaseAdmitting PlannedFailoverPhase = "Admitting"
+	PlannedFailoverPhaseDeferred  PlannedFailoverPhase = "Deferred"
+	PlannedFailoverPhasePromoting PlannedFailoverPhase = "Promoting"
+	PlannedFailoverPhaseCompleted PlannedFailoverPhase = "Completed"
+	PlannedFailoverPhaseFailed    PlannedFailoverPhase = "Failed"
+)
+
+// DeferReasonDeploymentHold is the reason a planned operation waits behind a
+// live failover-hold deployment lease.
+const DeferReasonDeploymentHold = "DeploymentHold"
+
+// Condition types of a MysqlFailoverGroup.
+const (
+	ConditionReady                 = "Ready"
+	ConditionDegraded              = "Degraded"
+	ConditionSplitBrain            = "SplitBrain"
+	ConditionNoPrimary             = "NoPrimary"
+	ConditionAutomaticFailoverHeld = "AutomaticFailoverHeld"
+)
+
+// Admission records why a planned operation has not started yet.
+type Admission struct {
+	// DeferReason is why the operation waits, for example DeploymentHold.
+	// +optional
+	DeferReason string `json:"deferReason,omitempty"`
+
+	// RetryTime is the earliest time the operation is re-admitted: for a
+	// deployment hold, the earliest expiry of the live holds. It moves with
+	// every hold renewal.
+	// +optional
+	RetryTime *metav1.Time `json:"retryTime,omitempty"`
+
+	// Message names what blocks the operation, for example the operationId
+	// and instance of the blocking hold.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// PlannedFailoverStatus is the progress of the current planned failover.
+type PlannedFailoverStatus struct {
+	// ID of the request this status belongs to.
+	// +optional
+	ID string `json:"id,omitempty"`
+
+	// TargetSite of the request.
+	// +optional
+	TargetSite string `json:"targetSite,omitempty"`
+
+	// Phase of the request.
+	// +optional
+	Phase PlannedFailoverPhase `json:"phase,omitempty"`
+
+	// Reason of the current phase, for example DeploymentHold.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+
+	// Admission explains a deferral.
+	// +optional
+	Admission *Admission `json:"admission,omitempty"`
+}
+
+// Health is what the last probe of the sites observed.
+type Health struct {
+	// Ready is true when a confirmed primary accepts writes.
+	Ready bool `json:"ready"`
+
+	// DegradedReason is empty when the group is not degraded.
+	// +optional
+	DegradedReason string `json:"degradedReason,omitempty"`
+
+	// ReplicationRunning is true when every replica's replication threads run.
+	ReplicationRunning bool `json:"replicationRunning"`
+
+	// ReplicationLagSeconds is the largest replica lag observed.
+	// +optional
+	ReplicationLagSeconds float64 `json:"replicationLagSeconds,omitempty"`
+
+	// RecoveryPending is true while a returning site waits to be fenced or
+	// re-pointed.
+	RecoveryPending bool `json:"recoveryPending"`
+}
+
+// MysqlFailoverGroupStatus is written only by the operator.
+type MysqlFailoverGroupStatus struct {
+	// ObservedGeneration is the metadata.generation last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// ActiveSite is the site of the confirmed primary; empty before bootstrap.
+	// +optional
+	ActiveSite string `json:"activeSite,omitempty"`
+
+	// TopologyGeneration is the durable fence: it increments by exactly one on
+	// every authoritative change of active site (planned promotion, emergency
+	// failover, the failover inside an ordered update, restore-in-place
+	// promotion, bootstrap completion) and never decreases. 0 before
+	// bootstrap. Every deployment lease is stamped with it.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TopologyGeneration int64 `json:"topologyGeneration,omitempty"`
+
+	// Health is the last probe's observation.
+	// +optional
+	Health Health `json:"health,omitempty"`
+
+	// PlannedFailover is the progress of spec.plannedFailover.
+	// +optional
+	PlannedFailover *PlannedFailoverStatus `json:"plannedFailover,omitempty"`
+
+	// UpdatePhase is the phase of the ordered update; empty when none runs.
+	// +optional
+	UpdatePhase string `json:"updatePhase,omitempty"`
+
+	// RestoreInPlace is the phase of the restore-in-place; empty when none
+	// runs.
+	// +optional
+	RestoreInPlace string `json:"restoreInPlace,omitempty"`
+
+	// DragonflyUpgrade is the phase of a Dragonfly upgrade; empty when none
+	// runs.
+	// +optional
+	DragonflyUpgrade string `json:"dragonflyUpgrade,omitempty"`
+
+	// Conditions: Ready, Degraded, SplitBrain, NoPrimary,
+	// AutomaticFailoverHeld.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// MysqlFailoverGroup is a MySQL primary with replicas across sites, with the
+// durable topology generation that fences deployment leases.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=mfg;mysqlfg,categories=bloodraven
+// +kubebuilder:printcolumn:name="Active",type=string,JSONPath=`.status.activeSite`
+// +kubebuilder:printcolumn:name="Generation",type=integer,JSONPath=`.status.topologyGeneration`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Failover",type=string,JSONPath=`.status.plannedFailover.phase`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type MysqlFailoverGroup struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   MysqlFailoverGroupSpec   `json:"spec"`
+	Status MysqlFailoverGroupStatus `json:"status,omitempty"`
+}
+
+// MysqlFailoverGroupList is a list of MysqlFailoverGroup.
+//
+// +kubebuilder:object:root=true
+type MysqlFailoverGroupList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []MysqlFailoverGroup `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&MysqlFailoverGroup{}, &MysqlFailoverGroupList{})
+}

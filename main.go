@@ -1,0 +1,172 @@
+// Command bloodraven is the operator: the MysqlFailoverGroup controllers, the
+// validating webhooks and the optional deployment API, in one process.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/zapr"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/server"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// RBAC the operator needs; controller-gen renders config/rbac/role.yaml.
+// +kubebuilder:rbac:groups=bloodraven.shipstream.io,resources=mysqlfailovergroups,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=bloodraven.shipstream.io,resources=mysqlfailovergroups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=bloodraven.shipstream.io,resources=mysqldatabases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=bloodraven.shipstream.io,resources=mysqldatabases/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+func main() {
+	if err := run(); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "bloodraven:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	opts, err := parseOptions(os.Args[1:], os.Getenv, os.Stderr)
+	if err != nil {
+		return err
+	}
+	if opts.printVersionAndExit {
+		fmt.Println(version)
+		return nil
+	}
+	log, err := newLogger(opts.logLevel, opts.logDevelopment)
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(log)
+	klog.SetLogger(log)
+
+	ctx := ctrl.SetupSignalHandler()
+	return runManager(ctx, opts, log)
+}
+
+// newLogger builds a zap logger: JSON in production mode unless development
+// is asked for explicitly.
+func newLogger(level int, development bool) (logr.Logger, error) {
+	cfg := zap.NewProductionConfig()
+	if development {
+		cfg = zap.NewDevelopmentConfig()
+	}
+	cfg.Level = zap.NewAtomicLevelAt(zapcore.Level(-level))
+	cfg.DisableStacktrace = !development
+	z, err := cfg.Build()
+	if err != nil {
+		return logr.Logger{}, fmt.Errorf("logger: %w", err)
+	}
+	return zapr.NewLogger(z), nil
+}
+
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(bloodravenv1alpha1.AddToScheme(s))
+	return s
+}
+
+// runManager wires the manager and its listeners and runs until ctx ends.
+func runManager(ctx context.Context, opts options, log logr.Logger) error {
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	cfg.QPS = float32(opts.kubeQPS)
+	cfg.Burst = opts.kubeBurst
+	cfg.UserAgent = "bloodraven/" + version
+
+	tlsOpts, err := server.TLSListenerOptions(opts.tlsAddr, opts.tlsCertDir)
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        newScheme(),
+		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
+		HealthProbeBindAddress:        opts.probeAddr,
+		WebhookServer:                 webhook.NewServer(tlsOpts),
+		LeaderElection:                opts.leaderElection,
+		LeaderElectionID:              opts.leaderElectionID,
+		LeaderElectionNamespace:       opts.leaderElectionNS,
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &opts.shutdownTimeout,
+	})
+	if err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+
+	var leader server.LeaderState
+	if opts.leaderElection {
+		leader.WatchElected(mgr.Elected(), ctx.Done())
+	} else {
+		leader.WatchElected(closedChan(), ctx.Done())
+	}
+
+	aux := &server.AuxServer{
+		Addr: opts.auxAddr,
+		Handler: server.NewAuxHandler(func() server.StatusInfo {
+			return server.StatusInfo{
+				Version:        version,
+				Leader:         leader.IsLeader(),
+				DeployAPI:      opts.deployAPI,
+				DeployAPIAddr:  deployAddr(opts),
+				LeaderElection: opts.leaderElection,
+			}
+		}),
+	}
+	if err := mgr.Add(aux); err != nil {
+		return fmt.Errorf("auxiliary server: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("healthz: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("tls-listener", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return fmt.Errorf("readyz: %w", err)
+	}
+
+	log.Info("starting operator", "version", version, "tlsAddr", opts.tlsAddr, "auxAddr", opts.auxAddr,
+		"leaderElection", opts.leaderElection, "deployAPI", opts.deployAPI)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	return nil
+}
+
+func deployAddr(o options) string {
+	if !o.deployAPI {
+		return ""
+	}
+	return o.tlsAddr
+}
+
+func closedChan() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/shipstream/bloodraven/server"
+)
+
+// Environment variables the Helm chart sets. A flag given on the command line
+// wins over its environment variable; the variable wins over the default.
+const (
+	envTLSAddr        = "BLOODRAVEN_ESCROW_TLS_ADDR"
+	envTLSCertDir     = "BLOODRAVEN_TLS_CERT_DIR"
+	envDeployAPI      = "BLOODRAVEN_DEPLOY_API"
+	envDeployAudience = "BLOODRAVEN_DEPLOY_AUDIENCE"
+	envLeaderElection = "BLOODRAVEN_LEADER_ELECTION"
+	envLeaderElectNS  = "POD_NAMESPACE"
+	envOperatorSA     = "BLOODRAVEN_OPERATOR_SERVICE_ACCOUNT"
+)
+
+// options is the operator's whole configuration.
+type options struct {
+	metricsAddr         string
+	probeAddr           string
+	auxAddr             string
+	tlsAddr             string
+	tlsCertDir          string
+	leaderElection      bool
+	leaderElectionID    string
+	leaderElectionNS    string
+	deployAPI           bool
+	deployAudience      string
+	operatorIdentity    string
+	kubeQPS             float64
+	kubeBurst           int
+	shutdownTimeout     time.Duration
+	logLevel            int
+	logDevelopment      bool
+	printVersionAndExit bool
+}
+
+// parseOptions reads flags from args with defaults from getenv.
+func parseOptions(args []string, getenv func(string) string, out io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("bloodraven", flag.ContinueOnError)
+	fs.SetOutput(out)
+
+	envStr := func(key, def string) string {
+		if v := getenv(key); v != "" {
+			return v
+		}
+		return def
+	}
+	envBool := func(key string, def bool) (bool, error) {
+		v := getenv(key)
+		if v == "" {
+			return def, nil
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, fmt.Errorf("%s=%q: want true or false", key, v)
+		}
+		return b, nil
+	}
+	leDefault, err := envBool(envLeaderElection, true)
+	if err != nil {
+		return o, err
+	}
+	deployDefault, err := envBool(envDeployAPI, false)
+	if err != nil {
+		return o, err
+	}
+
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint.")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
+	fs.StringVar(&o.auxAddr, "auxiliary-bind-address", ":8082", "Address of the plain-HTTP auxiliary status port. Never serves /deploy/.")
+	fs.StringVar(&o.tlsAddr, "tls-bind-address", envStr(envTLSAddr, server.DefaultTLSAddr), "Address of the TLS listener for webhooks and /deploy/v1 (env "+envTLSAddr+").")
+	fs.StringVar(&o.tlsCertDir, "tls-cert-dir", envStr(envTLSCertDir, "/etc/bloodraven/tls"), "Directory holding tls.crt and tls.key; reloaded on change (env "+envTLSCertDir+").")
+	fs.BoolVar(&o.leaderElection, "leader-elect", leDefault, "Elect a leader through a Lease; only the leader reconciles and answers /deploy/v1 (env "+envLeaderElection+").")
+	fs.StringVar(&o.leaderElectionID, "leader-election-id", "bloodraven-leader", "Name of the leader-election Lease (never a deployment lease).")
+	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", getenv(envLeaderElectNS), "Namespace of the leader-election Lease (env "+envLeaderElectNS+"); required outside a cluster.")
+	fs.BoolVar(&o.deployAPI, "deploy-api", deployDefault, "Serve the deployment API /deploy/v1 on the TLS listener (env "+envDeployAPI+").")
+	fs.StringVar(&o.deployAudience, "deploy-audience", envStr(envDeployAudience, "bloodraven-deploy"), "Token audience required of deployment API callers (env "+envDeployAudience+").")
+	fs.StringVar(&o.operatorIdentity, "operator-identity", envStr(envOperatorSA, ""), "The operator's own user name (system:serviceaccount:<ns>:<name>), allowed by the webhooks to write the fence (env "+envOperatorSA+").")
+	fs.Float64Var(&o.kubeQPS, "kube-api-qps", 500, "Client-side QPS limit towards the API server; must allow a few hundred deployment renewals per second.")
+	fs.IntVar(&o.kubeBurst, "kube-api-burst", 1000, "Client-side burst towards the API server.")
+	fs.DurationVar(&o.shutdownTimeout, "graceful-shutdown-timeout", 30*time.Second, "Time given to runnables to stop on SIGTERM.")
+	fs.IntVar(&o.logLevel, "v", 0, "Log verbosity (0 = info).")
+	fs.BoolVar(&o.logDevelopment, "log-development", false, "Human-readable development logs instead of JSON.")
+	fs.BoolVar(&o.printVersionAndExit, "version", false, "Print the version and exit.")
+
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	return o, o.validate()
+}
+
+func (o options) validate() error {
+	if o.deployAPI && !o.leaderElection {
+		return fmt.Errorf("--deploy-api needs --leader-elect: only the elected leader may answer /deploy/v1")
+	}
+	if o.deployAudience == "" {
+		return fmt.Errorf("--deploy-audience must not be empty")
+	}
+	if o.kubeQPS < 100 {
+		return fmt.Errorf("--kube-api-qps=%v is too low: the deployment API needs at least 100", o.kubeQPS)
+	}
+	if _, err := server.TLSListenerOptions(o.tlsAddr, o.tlsCertDir); err != nil {
+		return err
+	}
+	return nil
+}

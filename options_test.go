@@ -1,0 +1,88 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestParseOptions(t *testing.T) {
+	tests := map[string]struct {
+		args    []string
+		env     map[string]string
+		check   func(t *testing.T, o options)
+		wantErr string
+	}{
+		"defaults": {
+			check: func(t *testing.T, o options) {
+				if o.tlsAddr != ":8443" || o.auxAddr != ":8082" || o.metricsAddr != ":8080" || o.probeAddr != ":8081" {
+					t.Errorf("addresses = %s %s %s %s", o.tlsAddr, o.auxAddr, o.metricsAddr, o.probeAddr)
+				}
+				if !o.leaderElection || o.deployAPI || o.deployAudience != "bloodraven-deploy" || o.logDevelopment {
+					t.Errorf("defaults = %+v", o)
+				}
+				if o.kubeQPS < 100 {
+					t.Errorf("kube QPS %v would throttle the deployment API", o.kubeQPS)
+				}
+			},
+		},
+		"env sets the TLS address and the deploy API": {
+			env: map[string]string{envTLSAddr: "127.0.0.1:9443", envDeployAPI: "true", envDeployAudience: "aud", envLeaderElectNS: "bloodraven-system"},
+			check: func(t *testing.T, o options) {
+				if o.tlsAddr != "127.0.0.1:9443" || !o.deployAPI || o.deployAudience != "aud" || o.leaderElectionNS != "bloodraven-system" {
+					t.Errorf("options = %+v", o)
+				}
+			},
+		},
+		"a flag wins over its env variable": {
+			args: []string{"--tls-bind-address=:7443"},
+			env:  map[string]string{envTLSAddr: ":9443"},
+			check: func(t *testing.T, o options) {
+				if o.tlsAddr != ":7443" {
+					t.Errorf("tlsAddr = %s", o.tlsAddr)
+				}
+			},
+		},
+		"deploy API without leader election is refused": {
+			args:    []string{"--deploy-api", "--leader-elect=false"},
+			wantErr: "--deploy-api needs --leader-elect",
+		},
+		"a malformed boolean env is refused": {
+			env:     map[string]string{envDeployAPI: "yes please"},
+			wantErr: envDeployAPI,
+		},
+		"a bad TLS address is refused": {
+			args:    []string{"--tls-bind-address=8443"},
+			wantErr: "TLS listener address",
+		},
+		"a throttling QPS is refused": {
+			args:    []string{"--kube-api-qps=20"},
+			wantErr: "too low",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o, err := parseOptions(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, o)
+		})
+	}
+}
+
+func TestProductionLoggerIsJSON(t *testing.T) {
+	log, err := newLogger(0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !log.Enabled() || log.V(1).Enabled() {
+		t.Fatalf("level 0 logger: info enabled=%v, debug enabled=%v", log.Enabled(), log.V(1).Enabled())
+	}
+}

@@ -1,0 +1,149 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
+)
+
+// Env is a running control plane and an administrator's clients for it.
+type Env struct {
+	Environment *envtest.Environment
+	// Config is a cluster-admin (system:masters) REST config.
+	Config *rest.Config
+	// Client is a controller-runtime client for Config, with the project's
+	// types in its scheme. It talks to the API server directly (no cache).
+	Client client.Client
+	// Kube is a client-go clientset for Config.
+	Kube   kubernetes.Interface
+	Scheme *kruntime.Scheme
+}
+
+// Options tune Start.
+type Options struct {
+	// Webhooks, when non-empty, are installed through envtest's webhook
+	// install options.
+	Webhooks envtest.WebhookInstallOptions
+}
+
+// RepoRoot is the root of the project checkout.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(filepath.Dir(file))
+}
+
+// Scheme returns a scheme with client-go's and the project's types.
+func Scheme() *kruntime.Scheme {
+	s := kruntime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(bloodravenv1alpha1.AddToScheme(s))
+	return s
+}
+
+// Start starts kube-apiserver and etcd and installs the CRDs.
+func Start(opts Options) (*Env, error) {
+	root := RepoRoot()
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		assets = filepath.Join(root, "bin")
+	}
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(assets, b)); err != nil {
+			return nil, fmt.Errorf("%s not found in %s: run `make tools` (it builds the control plane from the Go module proxy)", b, assets)
+		}
+	}
+	scheme := Scheme()
+	env := &envtest.Environment{
+		Scheme:                   scheme,
+		CRDDirectoryPaths:        []string{filepath.Join(root, "config", "crd")},
+		ErrorIfCRDPathMissing:    true,
+		BinaryAssetsDirectory:    assets,
+		WebhookInstallOptions:    opts.Webhooks,
+		ControlPlaneStartTimeout: 60 * time.Second,
+		ControlPlaneStopTimeout:  30 * time.Second,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("start control plane: %w", err)
+	}
+	// The API server behind the deployment API must not be throttled by the
+	// client; tests use the same limits as the operator.
+	cfg.QPS, cfg.Burst = 500, 1000
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		_ = env.Stop()
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		_ = env.Stop()
+		return nil, fmt.Errorf("clientset: %w", err)
+	}
+	return &Env{Environment: env, Config: cfg, Client: c, Kube: kube, Scheme: scheme}, nil
+}
+
+// Stop stops the control plane.
+func (e *Env) Stop() error { return e.Environment.Stop() }
+
+// Main is a TestMain body: it starts the control plane, stores it in *env,
+// runs the tests and stops it.
+func Main(m *testing.M, env **Env) int {
+	e, err := Start(Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testenv:", err)
+		return 1
+	}
+	*env = e
+	code := m.Run()
+	if err := e.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "testenv: stop:", err)
+	}
+	return code
+}
+
+// Namespace creates a fresh namespace for t and returns its name.
+func (e *Env) Namespace(t testing.TB) string {
+	t.Helper()
+	base := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", " ", "-").Replace(t.Name()))
+	if len(base) > 40 {
+		base = base[:40]
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: strings.Trim(base, "-") + "-"}}
+	if err := e.Client.Create(context.Background(), ns); err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	return ns.Name
+}
+
+// User adds an API server user with the given groups and returns a
+// controller-runtime client acting as that user.
+func (e *Env) User(t testing.TB, name string, groups ...string) (client.Client, *rest.Config) {
+	t.Helper()
+	u, err := e.Environment.AddUser(envtest.User{Name: name, Groups: groups}, e.Config)
+	if err != nil {
+		t.Fatalf("add user %s: %v", name, err)
+	}
+	cfg := rest.CopyConfig(u.Config())
+	c, err := client.New(cfg, client.Options{Scheme: e.Scheme})
+	if err != nil {
+		t.Fatalf("client for %s: %v", name, err)
+	}
+	return c, cfg
+}
