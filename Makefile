@@ -89,7 +89,7 @@ vet:
 	$(GO) vet ./...
 
 .PHONY: test
-test: $(KUBE_APISERVER) $(ETCD) ## Run every unit and envtest test with -race against a real kube-apiserver + etcd.
+test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) ## Run every unit and envtest test with -race against a real kube-apiserver + etcd.
 	$(GO) test -race -count=1 ./...
 
 ##@ Playground

@@ -13,16 +13,13 @@ import (
 	"github.com/go-logr/zapr"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 	"github.com/shipstream/bloodraven/server"
 )
 
@@ -78,18 +75,12 @@ func newLogger(level int, development bool) (logr.Logger, error) {
 	}
 	cfg.Level = zap.NewAtomicLevelAt(zapcore.Level(-level))
 	cfg.DisableStacktrace = !development
+	cfg.EncoderConfig.EncodeTime = zapcore.RFC3339NanoTimeEncoder
 	z, err := cfg.Build()
 	if err != nil {
 		return logr.Logger{}, fmt.Errorf("logger: %w", err)
 	}
 	return zapr.NewLogger(z), nil
-}
-
-func newScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(bloodravenv1alpha1.AddToScheme(s))
-	return s
 }
 
 // runManager wires the manager and its listeners and runs until ctx ends.
@@ -107,7 +98,7 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 		return err
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        newScheme(),
+		Scheme:                        bloodravenscheme.New(),
 		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
 		HealthProbeBindAddress:        opts.probeAddr,
 		WebhookServer:                 webhook.NewServer(tlsOpts),

@@ -13,14 +13,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 )
 
 // Env is a running control plane and an administrator's clients for it.
@@ -49,14 +47,6 @@ func RepoRoot() string {
 	return filepath.Dir(filepath.Dir(file))
 }
 
-// Scheme returns a scheme with client-go's and the project's types.
-func Scheme() *kruntime.Scheme {
-	s := kruntime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(bloodravenv1alpha1.AddToScheme(s))
-	return s
-}
-
 // Start starts kube-apiserver and etcd and installs the CRDs.
 func Start(opts Options) (*Env, error) {
 	root := RepoRoot()
@@ -69,7 +59,7 @@ func Start(opts Options) (*Env, error) {
 			return nil, fmt.Errorf("%s not found in %s: run `make tools` (it builds the control plane from the Go module proxy)", b, assets)
 		}
 	}
-	scheme := Scheme()
+	scheme := bloodravenscheme.New()
 	env := &envtest.Environment{
 		Scheme:                   scheme,
 		CRDDirectoryPaths:        []string{filepath.Join(root, "config", "crd")},

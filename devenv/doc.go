@@ -1,0 +1,22 @@
+// Package devenv brings up the playground behind `make dev`: a local
+// kube-apiserver + etcd (the binaries `make tools` builds), the CRDs, the
+// operator running as its own ServiceAccount with the generated RBAC, a
+// self-signed CA and serving certificate for its TLS listener, and the demo
+// scene (namespace, MysqlFailoverGroup and MysqlDatabase `playground` /
+// `counter-app`, a `deploy` ServiceAccount and its token).
+//
+// Guarantees:
+//   - Everything a user needs is at fixed paths under the state directory
+//     (Paths); the playground starts from empty state on every Up.
+//   - One playground per state directory: a second Up while one runs fails
+//     with ErrAlreadyRunning and does not touch the running one (an flock on
+//     the state directory, released by the kernel if the process dies).
+//   - The operator never runs with the user's cluster-admin credentials: its
+//     kubeconfig carries a TokenRequest token of bloodraven-system/bloodraven,
+//     bound to config/rbac/role.yaml, so RBAC mistakes show up here first.
+//   - Down stops every process Up started.
+//
+// Not guaranteed: this is a development playground. There is no kubelet, no
+// controller-manager (no garbage collection) and no persistence across runs;
+// the sites have no MySQL servers behind them until the topology driver lands.
+package devenv

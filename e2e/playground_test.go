@@ -1,0 +1,206 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/testenv"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func buildOperator(t *testing.T, root string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "bloodraven")
+	cmd := exec.Command("go", "build", "-o", out, ".")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build operator: %v\n%s", err, b)
+	}
+	return out
+}
+
+// The playground is what `make dev` runs: this test brings it up on free
+// ports and checks what the README promises a user.
+func TestPlaygroundComesUpAsDocumented(t *testing.T) {
+	root := testenv.RepoRoot()
+	ctx := context.Background()
+	cfg := devenv.Config{
+		Root:           root,
+		StateDir:       t.TempDir(),
+		OperatorBinary: buildOperator(t, root),
+		TLSAddr:        freeAddr(t),
+		AuxAddr:        freeAddr(t),
+		MetricsAddr:    freeAddr(t),
+		ProbeAddr:      freeAddr(t),
+	}
+	start := time.Now()
+	p, err := devenv.Up(ctx, cfg)
+	if err != nil {
+		t.Fatalf("playground up: %v", err)
+	}
+	t.Logf("playground up in %v", time.Since(start).Round(time.Millisecond))
+	down := func() {
+		if p != nil {
+			if err := p.Down(); err != nil {
+				t.Errorf("down: %v", err)
+			}
+			p = nil
+		}
+	}
+	defer down()
+
+	t.Run("kubectl with the printed kubeconfig lists the playground group", func(t *testing.T) {
+		out, err := exec.Command(filepath.Join(root, "bin", "kubectl"), "--kubeconfig", p.Paths.Kubeconfig,
+			"get", "mysqlfailovergroups", "-A").CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), "playground") {
+			t.Fatalf("kubectl output lacks playground:\n%s", out)
+		}
+		t.Logf("kubectl get mysqlfailovergroups -A:\n%s", out)
+	})
+
+	t.Run("the plain port answers 404 under /deploy/", func(t *testing.T) {
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+			req, _ := http.NewRequest(m, "http://"+cfg.AuxAddr+"/deploy/v1/groups/playground", strings.NewReader("{}"))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), `"not_found"`) {
+				t.Fatalf("%s: status %d body %s", m, resp.StatusCode, b)
+			}
+		}
+	})
+
+	t.Run("the TLS listener's certificate verifies with ca.crt for localhost and 127.0.0.1", func(t *testing.T) {
+		pem, err := os.ReadFile(p.Paths.CACert)
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			t.Fatal("ca.crt holds no certificate")
+		}
+		_, port, _ := net.SplitHostPort(cfg.TLSAddr)
+		for _, name := range []string{"localhost", "127.0.0.1"} {
+			conn, err := tls.Dial("tcp", "127.0.0.1:"+port, &tls.Config{RootCAs: roots, ServerName: name})
+			if err != nil {
+				t.Fatalf("TLS as %s: %v", name, err)
+			}
+			conn.Close()
+		}
+	})
+
+	t.Run("deploy.token is the deploy ServiceAccount's token for the deploy audience", func(t *testing.T) {
+		token, err := os.ReadFile(p.Paths.DeployToken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kube := kubernetes.NewForConfigOrDie(p.AdminConfig)
+		rev, err := kube.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+			Spec: authenticationv1.TokenReviewSpec{Token: string(token), Audiences: []string{devenv.DeployAudience}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "system:serviceaccount:" + devenv.PlaygroundNamespace + ":" + devenv.DeployServiceAccount
+		if !rev.Status.Authenticated || rev.Status.User.Username != want {
+			t.Fatalf("review = %+v, want authenticated as %s", rev.Status, want)
+		}
+	})
+
+	t.Run("the operator runs as its own ServiceAccount, not as cluster-admin", func(t *testing.T) {
+		rc, err := clientcmd.BuildConfigFromFlags("", p.Paths.OperatorKubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kube := kubernetes.NewForConfigOrDie(rc)
+		who, err := kube.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := who.Status.UserInfo.Username; got != devenv.OperatorIdentity() {
+			t.Fatalf("operator identity = %q, want %q", got, devenv.OperatorIdentity())
+		}
+		review, err := kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "list", Resource: "secrets"}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if review.Status.Allowed {
+			t.Fatal("the operator may list secrets: it runs with more than its RBAC")
+		}
+		var status struct {
+			Leader bool `json:"leader"`
+		}
+		resp, err := http.Get("http://" + cfg.AuxAddr + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&status); err != nil || !status.Leader {
+			t.Fatalf("status page: leader=%v err=%v", status.Leader, err)
+		}
+	})
+
+	t.Run("a second playground on the same state directory refuses to start", func(t *testing.T) {
+		second := cfg
+		second.TLSAddr, second.AuxAddr, second.MetricsAddr, second.ProbeAddr = freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+		_, err := devenv.Up(ctx, second)
+		if !errors.Is(err, devenv.ErrAlreadyRunning) {
+			t.Fatalf("second Up: %v, want ErrAlreadyRunning", err)
+		}
+		// The first one is untouched.
+		if _, err := os.Stat(p.Paths.Kubeconfig); err != nil {
+			t.Fatalf("first playground's kubeconfig gone: %v", err)
+		}
+	})
+
+	down()
+	t.Run("down stops every listener it started", func(t *testing.T) {
+		for _, a := range []string{cfg.TLSAddr, cfg.AuxAddr, cfg.MetricsAddr, cfg.ProbeAddr} {
+			ln, err := net.Listen("tcp", a)
+			if err != nil {
+				t.Fatalf("%s still in use after Down: %v", a, err)
+			}
+			ln.Close()
+		}
+		if _, err := exec.Command(filepath.Join(root, "bin", "kubectl"), "--kubeconfig", filepath.Join(cfg.StateDir, "kubeconfig"),
+			"--request-timeout=2s", "get", "ns").CombinedOutput(); err == nil {
+			t.Fatal("API server still answers after Down")
+		}
+	})
+}
