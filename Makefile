@@ -88,8 +88,13 @@ fmt:
 vet:
 	$(GO) vet ./...
 
+.PHONY: lint
+lint: ## gofmt and go vet.
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
 .PHONY: test
-test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) ## Run every unit and envtest test with -race against a real kube-apiserver + etcd.
+test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) lint ## Lint, then every unit, envtest and e2e test with -race against a real kube-apiserver + etcd.
 	$(GO) test -race -count=1 ./...
 
 ##@ Playground
