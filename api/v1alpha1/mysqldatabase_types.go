@@ -75,6 +75,7 @@ type MysqlDatabaseStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=mysqldb;mdb,categories=bloodraven
+// +kubebuilder:selectablefield:JSONPath=`.spec.groupRef.name`
 // +kubebuilder:printcolumn:name="Group",type=string,JSONPath=`.spec.groupRef.name`
 // +kubebuilder:printcolumn:name="Database",type=string,JSONPath=`.spec.databaseName`
 // +kubebuilder:printcolumn:name="Clients",type=string,JSONPath=`.spec.deploymentClients[*].namespace`,description="Namespaces with a deployment client"

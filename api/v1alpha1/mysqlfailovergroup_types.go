@@ -180,6 +180,43 @@ type Health struct {
 	RecoveryPending bool `json:"recoveryPending"`
 }
 
+// TopologyTransition marks an authoritative change of active site that the
+// operator has started and not yet confirmed. While it is present the
+// deployment API answers grants and renewals with 423 unstable: the fence is
+// about to move and no lease may be extended across it.
+type TopologyTransition struct {
+	// Operation that moves the primary: Bootstrap, PlannedFailover,
+	// EmergencyFailover, OrderedUpdate or RestoreInPlace.
+	Operation string `json:"operation"`
+
+	// TargetSite is the site being promoted.
+	TargetSite string `json:"targetSite"`
+
+	// Generation is the topologyGeneration the change will install (the
+	// current one plus one).
+	Generation int64 `json:"generation"`
+
+	// StartedAt is when the operator marked the transition.
+	StartedAt metav1.Time `json:"startedAt"`
+}
+
+// OperationReservation is written by the operator after a planned operation
+// passed admission and before it acts. While it stands the deployment API
+// answers failover-hold grants and renewals with 423 unstable, and the
+// operator re-checks holds after writing it, so a hold and an admission can
+// never both proceed.
+type OperationReservation struct {
+	// Operation reserved: PlannedFailover, OrderedUpdate or RestoreInPlace.
+	Operation string `json:"operation"`
+
+	// ID of the request (spec.plannedFailover.id, the update revision, or
+	// spec.restoreInPlace.id).
+	ID string `json:"id"`
+
+	// ReservedAt is when the reservation was written.
+	ReservedAt metav1.Time `json:"reservedAt"`
+}
+
 // MysqlFailoverGroupStatus is written only by the operator.
 type MysqlFailoverGroupStatus struct {
 	// ObservedGeneration is the metadata.generation last acted on.
@@ -198,6 +235,14 @@ type MysqlFailoverGroupStatus struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	TopologyGeneration int64 `json:"topologyGeneration,omitempty"`
+
+	// Transition is present while an active-site change is unconfirmed.
+	// +optional
+	Transition *TopologyTransition `json:"transition,omitempty"`
+
+	// Reservation is present while an admitted planned operation runs.
+	// +optional
+	Reservation *OperationReservation `json:"reservation,omitempty"`
 
 	// Health is the last probe's observation.
 	// +optional

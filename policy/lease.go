@@ -1,0 +1,207 @@
+package policy
+
+import (
+	"time"
+
+	"github.com/shipstream/bloodraven/leases"
+)
+
+// LeaseOutcome is what the deployment API does with a request once the
+// inputs are gathered.
+type LeaseOutcome int
+
+// Outcomes of grant, renew and release decisions.
+const (
+	// OutcomeCreate: no Lease object exists yet; create it (201).
+	OutcomeCreate LeaseOutcome = iota + 1
+	// OutcomeTakeOver: the object exists but holds nothing live; overwrite
+	// it with a new grant (201).
+	OutcomeTakeOver
+	// OutcomeRegrant: the same operation holds it live; rotate the token and
+	// restart the expiry (200).
+	OutcomeRegrant
+	// OutcomeRenew: extend the expiry (200).
+	OutcomeRenew
+	// OutcomeRelease: mark released (204).
+	OutcomeRelease
+	// OutcomeNothingToRelease: absent, expired or terminal (204).
+	OutcomeNothingToRelease
+	// OutcomeHeld: the migration mutex is held by another operation (409).
+	OutcomeHeld
+	// OutcomeRevoked: the operation was revoked (409).
+	OutcomeRevoked
+	// OutcomeRevokeStale: the live lease of RevokeOperation was granted under
+	// another topology generation; revoke it (topology_changed) and decide
+	// again.
+	OutcomeRevokeStale
+	// OutcomeMigrationNotHeld: a failover-hold asked by someone who is not
+	// the live migration holder (403).
+	OutcomeMigrationNotHeld
+	// OutcomeTokenMismatch: wrong, stale or missing lease token (403).
+	OutcomeTokenMismatch
+	// OutcomeNotFound: renewal of an unknown or ended lease (404).
+	OutcomeNotFound
+	// OutcomeUnstable: the request would succeed but the group is between
+	// confirmed states (423); nothing is written.
+	OutcomeUnstable
+)
+
+// Decision is an outcome and what it refers to.
+type Decision struct {
+	Outcome LeaseOutcome
+	// Holder is the live migration record, for OutcomeHeld.
+	Holder *leases.Record
+	// RevokeOperation is the operation to revoke, for OutcomeRevokeStale.
+	RevokeOperation string
+	// Reason of the revocation, for OutcomeRevoked.
+	Reason string
+}
+
+// GroupView is what lease decisions need of the group, read fresh.
+type GroupView struct {
+	Generation int64
+	// Transition: an active-site change is unconfirmed; no grant or renewal.
+	Transition bool
+	// Reservation: a planned operation is admitted; no failover-hold grant or
+	// renewal.
+	Reservation bool
+}
+
+func (g GroupView) unstableFor(kind leases.Kind) bool {
+	return g.Transition || (kind == leases.KindFailoverHold && g.Reservation)
+}
+
+// GrantInput is what a POST decision needs.
+type GrantInput struct {
+	Kind        leases.Kind
+	OperationID string
+	Instance    string
+	Identity    string
+	Group       GroupView
+	// Tombstone of the operation, nil when none.
+	Tombstone *leases.Record
+	// Migration is the group's migration mutex record, nil when the object
+	// does not exist.
+	Migration *leases.Record
+	// Hold is this operation's failover-hold record (hold grants only).
+	Hold *leases.Record
+	Now  time.Time
+}
+
+// DecideGrant decides a POST. Failures are ordered 403, 409, 423: a request
+// is answered 423 only when it would otherwise have been granted.
+func DecideGrant(in GrantInput) Decision {
+	if in.Tombstone != nil {
+		return Decision{Outcome: OutcomeRevoked, Reason: in.Tombstone.Reason}
+	}
+	m := in.Migration
+	ownM := m != nil && m.OperationID == in.OperationID
+	if ownM && m.State == leases.StateRevoked {
+		return Decision{Outcome: OutcomeRevoked, Reason: m.Reason}
+	}
+	if m.Live(in.Now) && m.Generation != in.Group.Generation {
+		return Decision{Outcome: OutcomeRevokeStale, RevokeOperation: m.OperationID}
+	}
+	var d Decision
+	switch in.Kind {
+	case leases.KindMigration:
+		d = decideMigrationGrant(in)
+	case leases.KindFailoverHold:
+		d = decideHoldGrant(in)
+	}
+	if isSuccess(d.Outcome) && in.Group.unstableFor(in.Kind) {
+		return Decision{Outcome: OutcomeUnstable}
+	}
+	return d
+}
+
+func decideMigrationGrant(in GrantInput) Decision {
+	m := in.Migration
+	switch {
+	case m == nil:
+		return Decision{Outcome: OutcomeCreate}
+	case !m.Live(in.Now):
+		return Decision{Outcome: OutcomeTakeOver}
+	case m.OperationID == in.OperationID && m.Instance == in.Instance && m.Identity == in.Identity:
+		return Decision{Outcome: OutcomeRegrant}
+	default:
+		return Decision{Outcome: OutcomeHeld, Holder: m}
+	}
+}
+
+func decideHoldGrant(in GrantInput) Decision {
+	m := in.Migration
+	if !m.Live(in.Now) || m.OperationID != in.OperationID || m.Instance != in.Instance || m.Identity != in.Identity {
+		return Decision{Outcome: OutcomeMigrationNotHeld}
+	}
+	h := in.Hold
+	switch {
+	case h == nil:
+		return Decision{Outcome: OutcomeCreate}
+	case h.State == leases.StateRevoked:
+		return Decision{Outcome: OutcomeRevoked, Reason: h.Reason}
+	case !h.Live(in.Now):
+		return Decision{Outcome: OutcomeTakeOver}
+	case h.Generation != in.Group.Generation:
+		return Decision{Outcome: OutcomeRevokeStale, RevokeOperation: in.OperationID}
+	default:
+		return Decision{Outcome: OutcomeRegrant}
+	}
+}
+
+func isSuccess(o LeaseOutcome) bool {
+	switch o {
+	case OutcomeCreate, OutcomeTakeOver, OutcomeRegrant, OutcomeRenew:
+		return true
+	}
+	return false
+}
+
+// RenewInput is what a PUT decision needs.
+type RenewInput struct {
+	Kind        leases.Kind
+	OperationID string
+	Token       string
+	Group       GroupView
+	// Record is the operation's record of Kind, nil when the object does not
+	// exist or (migration) records another operation.
+	Record *leases.Record
+	// Tombstone of the operation; gathered when Record is nil.
+	Tombstone *leases.Record
+	Now       time.Time
+}
+
+// DecideRenew decides a PUT: 409 for a revoked operation, 404 for an unknown
+// or ended lease, 403 for a wrong token, then the fence, then 423.
+func DecideRenew(in RenewInput) Decision {
+	r := in.Record
+	switch {
+	case r == nil && in.Tombstone != nil:
+		return Decision{Outcome: OutcomeRevoked, Reason: in.Tombstone.Reason}
+	case r == nil:
+		return Decision{Outcome: OutcomeNotFound}
+	case r.State == leases.StateRevoked:
+		return Decision{Outcome: OutcomeRevoked, Reason: r.Reason}
+	case !r.Live(in.Now):
+		return Decision{Outcome: OutcomeNotFound}
+	case !leases.TokenMatches(in.Token, r.TokenHash):
+		return Decision{Outcome: OutcomeTokenMismatch}
+	case r.Generation != in.Group.Generation:
+		return Decision{Outcome: OutcomeRevokeStale, RevokeOperation: in.OperationID}
+	case in.Group.unstableFor(in.Kind):
+		return Decision{Outcome: OutcomeUnstable}
+	}
+	return Decision{Outcome: OutcomeRenew}
+}
+
+// DecideRelease decides a DELETE: idempotent for anything not live, 403 for
+// a live lease without its token.
+func DecideRelease(record *leases.Record, token string, now time.Time) Decision {
+	switch {
+	case !record.Live(now):
+		return Decision{Outcome: OutcomeNothingToRelease}
+	case !leases.TokenMatches(token, record.TokenHash):
+		return Decision{Outcome: OutcomeTokenMismatch}
+	}
+	return Decision{Outcome: OutcomeRelease}
+}

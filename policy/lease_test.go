@@ -1,0 +1,165 @@
+package policy
+
+import (
+	"testing"
+	"time"
+
+	"github.com/shipstream/bloodraven/leases"
+)
+
+var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+
+func rec(op string, state leases.State, gen int64, expires time.Time) *leases.Record {
+	return &leases.Record{OperationID: op, Instance: "counter-app", Identity: "system:serviceaccount:app:deploy",
+		State: state, Generation: gen, ExpiresAt: expires, TokenHash: leases.HashToken("tok-" + op)}
+}
+
+func TestDecideGrant(t *testing.T) {
+	live := t0.Add(10 * time.Second)
+	past := t0.Add(-time.Second)
+	g := GroupView{Generation: 7}
+	tests := map[string]struct {
+		in   GrantInput
+		want LeaseOutcome
+	}{
+		"first migration creates the mutex": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Group: g}, want: OutcomeCreate},
+		"migration held by another operation": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeHeld},
+		"same operation re-grants": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: g, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeRegrant},
+		"same operation from another identity is held": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:other:deploy", Group: g, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeHeld},
+		"same operation for another instance is held": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Instance: "other-app", Identity: "system:serviceaccount:app:deploy", Group: g, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeHeld},
+		"an expired holder is taken over": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g, Migration: rec("a", leases.StateActive, 7, past)}, want: OutcomeTakeOver},
+		"expiry is now > expiresAt: at expiresAt it still holds": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g, Migration: rec("a", leases.StateActive, 7, t0)}, want: OutcomeHeld},
+		"a released mutex is taken over": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g, Migration: rec("a", leases.StateReleased, 7, live)}, want: OutcomeTakeOver},
+		"another operation's revoked mutex is taken over": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g, Migration: rec("a", leases.StateRevoked, 6, live)}, want: OutcomeTakeOver},
+		"a tombstoned operation is revoked even when the mutex is free": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Group: g, Tombstone: &leases.Record{Reason: leases.ReasonOperatorRevoked}}, want: OutcomeRevoked},
+		"a tombstoned operation is revoked after another took the mutex": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Group: g, Tombstone: &leases.Record{Reason: leases.ReasonTopologyChanged}, Migration: rec("b", leases.StateActive, 7, live)}, want: OutcomeRevoked},
+		"own revoked mutex record is revoked without a tombstone read": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Group: g, Migration: rec("a", leases.StateRevoked, 6, live)}, want: OutcomeRevoked},
+		"a live holder of an older generation is revoked first": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g, Migration: rec("a", leases.StateActive, 6, live)}, want: OutcomeRevokeStale},
+		"a grant during an unconfirmed transition is unstable": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Group: GroupView{Generation: 7, Transition: true}}, want: OutcomeUnstable},
+		"held beats unstable": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: GroupView{Generation: 7, Transition: true}, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeHeld},
+		"a reservation does not block a migration grant": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Group: GroupView{Generation: 7, Reservation: true}}, want: OutcomeCreate},
+		"hold for the migration holder is created": {
+			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: g, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeCreate},
+		"hold re-grant for the holder": {
+			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: g, Migration: rec("a", leases.StateActive, 7, live), Hold: rec("a", leases.StateActive, 7, live)}, want: OutcomeRegrant},
+		"hold after a released hold is a new grant": {
+			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: g, Migration: rec("a", leases.StateActive, 7, live), Hold: rec("a", leases.StateReleased, 7, live)}, want: OutcomeTakeOver},
+		"hold without any migration": {
+			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Group: g}, want: OutcomeMigrationNotHeld},
+		"hold by another operation": {
+			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "b", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: g, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeMigrationNotHeld},
+		"hold for another instance": {
+			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Instance: "other", Identity: "system:serviceaccount:app:deploy", Group: g, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeMigrationNotHeld},
+		"hold after the migration expired": {
+			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: g, Migration: rec("a", leases.StateActive, 7, past)}, want: OutcomeMigrationNotHeld},
+		"hold for a revoked operation is revoked": {
+			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Group: g, Tombstone: &leases.Record{Reason: leases.ReasonTopologyChanged}}, want: OutcomeRevoked},
+		"hold during a reservation is unstable": {
+			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: GroupView{Generation: 7, Reservation: true}, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeUnstable},
+		"not-held beats unstable": {
+			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "b", Group: GroupView{Generation: 7, Reservation: true}, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeMigrationNotHeld},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tc.in.Now = t0
+			d := DecideGrant(tc.in)
+			if d.Outcome != tc.want {
+				t.Fatalf("outcome = %d, want %d", d.Outcome, tc.want)
+			}
+			if d.Outcome == OutcomeHeld && d.Holder != tc.in.Migration {
+				t.Fatal("held without the holder")
+			}
+			if d.Outcome == OutcomeRevokeStale && d.RevokeOperation != tc.in.Migration.OperationID {
+				t.Fatalf("revoke %q, want the stale holder %q", d.RevokeOperation, tc.in.Migration.OperationID)
+			}
+		})
+	}
+}
+
+func TestDecideRenew(t *testing.T) {
+	live := t0.Add(10 * time.Second)
+	g := GroupView{Generation: 7}
+	tests := map[string]struct {
+		in         RenewInput
+		want       LeaseOutcome
+		wantReason string
+	}{
+		"renews a live lease with its token": {
+			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: g, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeRenew},
+		"wrong token": {
+			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-b", Group: g, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeTokenMismatch},
+		"empty token": {
+			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Group: g, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeTokenMismatch},
+		"unknown lease": {
+			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: g}, want: OutcomeNotFound},
+		"expired lease": {
+			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: g, Record: rec("a", leases.StateActive, 7, t0.Add(-time.Nanosecond))}, want: OutcomeNotFound},
+		"released lease": {
+			in: RenewInput{Kind: leases.KindFailoverHold, OperationID: "a", Token: "tok-a", Group: g, Record: rec("a", leases.StateReleased, 7, live)}, want: OutcomeNotFound},
+		"revoked lease": {
+			in:   RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: g, Record: &leases.Record{OperationID: "a", State: leases.StateRevoked, Reason: leases.ReasonOperatorRevoked}},
+			want: OutcomeRevoked, wantReason: leases.ReasonOperatorRevoked},
+		"tombstoned after another took the mutex": {
+			in:   RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: g, Tombstone: &leases.Record{Reason: leases.ReasonTopologyChanged}},
+			want: OutcomeRevoked, wantReason: leases.ReasonTopologyChanged},
+		"generation moved: revoke": {
+			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: GroupView{Generation: 8}, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeRevokeStale},
+		"transition: unstable, not renewed": {
+			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: GroupView{Generation: 7, Transition: true}, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeUnstable},
+		"reservation: hold renewal is unstable": {
+			in: RenewInput{Kind: leases.KindFailoverHold, OperationID: "a", Token: "tok-a", Group: GroupView{Generation: 7, Reservation: true}, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeUnstable},
+		"reservation: migration renewal goes through": {
+			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: GroupView{Generation: 7, Reservation: true}, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeRenew},
+		"a wrong token during a transition is still a mismatch": {
+			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "nope", Group: GroupView{Generation: 7, Transition: true}, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeTokenMismatch},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tc.in.Now = t0
+			d := DecideRenew(tc.in)
+			if d.Outcome != tc.want || d.Reason != tc.wantReason {
+				t.Fatalf("decision = %+v, want outcome %d reason %q", d, tc.want, tc.wantReason)
+			}
+		})
+	}
+}
+
+func TestDecideRelease(t *testing.T) {
+	live := t0.Add(time.Second)
+	tests := map[string]struct {
+		record *leases.Record
+		token  string
+		want   LeaseOutcome
+	}{
+		"absent is idempotent":          {want: OutcomeNothingToRelease},
+		"expired is idempotent":         {record: rec("a", leases.StateActive, 7, t0.Add(-time.Second)), want: OutcomeNothingToRelease},
+		"revoked is idempotent":         {record: rec("a", leases.StateRevoked, 7, live), want: OutcomeNothingToRelease},
+		"released twice is idempotent":  {record: rec("a", leases.StateReleased, 7, live), token: "tok-a", want: OutcomeNothingToRelease},
+		"live with its token":           {record: rec("a", leases.StateActive, 7, live), token: "tok-a", want: OutcomeRelease},
+		"live without a token":          {record: rec("a", leases.StateActive, 7, live), want: OutcomeTokenMismatch},
+		"live with another lease token": {record: rec("a", leases.StateActive, 7, live), token: "tok-b", want: OutcomeTokenMismatch},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if d := DecideRelease(tc.record, tc.token, t0); d.Outcome != tc.want {
+				t.Fatalf("outcome = %d, want %d", d.Outcome, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,87 @@
+package policy
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+)
+
+// Reasons a group is not stable, in the order they are checked. The first
+// that applies is the group's unstableReason.
+const (
+	UnstableTopologyTransition    = "TopologyTransition"
+	UnstableOperationReserved     = "OperationReserved"
+	UnstablePlannedFailoverPrefix = "PlannedFailover" // + the phase, e.g. PlannedFailoverDeferred
+	UnstableOrderedUpdate         = "OrderedUpdate"
+	UnstableRestoreInPlace        = "RestoreInPlace"
+	UnstableDragonflyUpgrade      = "DragonflyUpgrade"
+	UnstableAutomaticFailoverHeld = v1.ConditionAutomaticFailoverHeld
+	UnstableDegraded              = v1.ConditionDegraded
+	UnstableSplitBrain            = v1.ConditionSplitBrain
+	UnstableNoPrimary             = v1.ConditionNoPrimary
+	UnstableRecoveryPending       = "RecoveryPending"
+	UnstableReplicationNotRunning = "ReplicationNotRunning"
+)
+
+// Stability tells whether a group is stable and, when it is not, the first
+// cause. unstableReason is empty exactly when stable is true. Replication lag
+// never makes a group unstable: the lag threshold is the caller's policy.
+func Stability(st *v1.MysqlFailoverGroupStatus) (stable bool, unstableReason string) {
+	reason := firstUnstableCause(st)
+	return reason == "", reason
+}
+
+func firstUnstableCause(st *v1.MysqlFailoverGroupStatus) string {
+	switch {
+	case st.Transition != nil:
+		return UnstableTopologyTransition
+	case st.Reservation != nil:
+		return UnstableOperationReserved
+	case st.PlannedFailover != nil && PlannedPhaseActive(st.PlannedFailover.Phase):
+		return UnstablePlannedFailoverPrefix + string(st.PlannedFailover.Phase)
+	case operationActive(st.UpdatePhase):
+		return UnstableOrderedUpdate
+	case operationActive(st.RestoreInPlace):
+		return UnstableRestoreInPlace
+	case operationActive(st.DragonflyUpgrade):
+		return UnstableDragonflyUpgrade
+	case conditionTrue(st.Conditions, v1.ConditionAutomaticFailoverHeld):
+		return UnstableAutomaticFailoverHeld
+	case conditionTrue(st.Conditions, v1.ConditionDegraded) || st.Health.DegradedReason != "":
+		return UnstableDegraded
+	case conditionTrue(st.Conditions, v1.ConditionSplitBrain):
+		return UnstableSplitBrain
+	case conditionTrue(st.Conditions, v1.ConditionNoPrimary) || st.ActiveSite == "":
+		return UnstableNoPrimary
+	case st.Health.RecoveryPending:
+		return UnstableRecoveryPending
+	case !st.Health.ReplicationRunning:
+		return UnstableReplicationNotRunning
+	}
+	return ""
+}
+
+// PlannedPhaseActive tells whether a planned-failover phase is in flight
+// (Admitting, Deferred or Promoting).
+func PlannedPhaseActive(p v1.PlannedFailoverPhase) bool {
+	switch p {
+	case v1.PlannedFailoverPhaseAdmitting, v1.PlannedFailoverPhaseDeferred, v1.PlannedFailoverPhasePromoting:
+		return true
+	}
+	return false
+}
+
+// operationActive: an operation phase string is active unless empty or
+// terminal.
+func operationActive(phase string) bool {
+	switch phase {
+	case "", "Completed", "Failed":
+		return false
+	}
+	return true
+}
+
+func conditionTrue(conds []metav1.Condition, t string) bool {
+	return meta.IsStatusConditionTrue(conds, t)
+}
