@@ -13,13 +13,20 @@ import (
 	"github.com/go-logr/zapr"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
+	"github.com/shipstream/bloodraven/deployapi"
+	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/server"
 )
 
@@ -99,6 +106,7 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        bloodravenscheme.New(),
+		Cache:                         cache.Options{ByObject: leases.CacheByObject()},
 		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
 		HealthProbeBindAddress:        opts.probeAddr,
 		WebhookServer:                 webhook.NewServer(tlsOpts),
@@ -117,6 +125,12 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 		leader.WatchElected(mgr.Elected(), ctx.Done())
 	} else {
 		leader.WatchElected(closedChan(), ctx.Done())
+	}
+
+	if opts.deployAPI {
+		if err := addDeployAPI(mgr, cfg, opts, &leader, log); err != nil {
+			return err
+		}
 	}
 
 	aux := &server.AuxServer{
@@ -146,6 +160,36 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
+	return nil
+}
+
+// addDeployAPI mounts /deploy/v1 on the TLS listener. Leases are read from
+// the manager's cache and written with resourceVersion preconditions;
+// databases and groups are read uncached on every request.
+func addDeployAPI(mgr ctrl.Manager, cfg *rest.Config, opts options, leader *server.LeaderState, log logr.Logger) error {
+	// TokenReviews are built-in types: speak protobuf to the API server.
+	pcfg := rest.CopyConfig(cfg)
+	pcfg.ContentType = "application/vnd.kubernetes.protobuf"
+	pcfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	kube, err := kubernetes.NewForConfig(pcfg)
+	if err != nil {
+		return fmt.Errorf("deploy API clientset: %w", err)
+	}
+	clk := clock.RealClock{}
+	api, err := deployapi.New(deployapi.Config{
+		Audience: opts.deployAudience,
+		IsLeader: leader.IsLeader,
+		Clock:    clk,
+		Kube:     kube,
+		API:      mgr.GetAPIReader(),
+		Leases:   &leases.Store{Client: mgr.GetClient(), Cached: mgr.GetCache(), API: mgr.GetAPIReader(), Clock: clk},
+		Log:      log.WithName("deployapi"),
+		Metrics:  ctrlmetrics.Registry,
+	})
+	if err != nil {
+		return err
+	}
+	mgr.GetWebhookServer().Register(deployapi.PathPrefix, api.Handler())
 	return nil
 }
 

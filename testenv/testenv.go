@@ -93,18 +93,37 @@ func Start(opts Options) (*Env, error) {
 func (e *Env) Stop() error { return e.Environment.Stop() }
 
 // Main is a TestMain body: it starts the control plane, stores it in *env,
-// runs the tests and stops it.
-func Main(m *testing.M, env **Env) int {
+// runs setup hooks (each may return a cleanup), runs the tests and stops
+// everything.
+func Main(m *testing.M, env **Env, setup ...func(*Env) (func(), error)) int {
 	e, err := Start(Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
 		return 1
 	}
 	*env = e
-	code := m.Run()
-	if err := e.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "testenv: stop:", err)
+	var cleanups []func()
+	stop := func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+		if err := e.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "testenv: stop:", err)
+		}
 	}
+	for _, s := range setup {
+		cleanup, err := s(e)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testenv: setup:", err)
+			stop()
+			return 1
+		}
+		if cleanup != nil {
+			cleanups = append(cleanups, cleanup)
+		}
+	}
+	code := m.Run()
+	stop()
 	return code
 }
 

@@ -1,0 +1,33 @@
+// Package deployapi serves the deployment API, /deploy/v1, on the operator's
+// TLS listener: a group-wide migration mutex and a renewable failover-hold for
+// deploy pipelines, fenced by the group's topology generation.
+//
+// Every request passes, in this order: leadership (503 not_leader on
+// followers), authentication (a projected ServiceAccount token checked by
+// TokenReview for the configured audience; successful reviews cached 15 s by
+// token hash, at most 1,024 entries), body size and shape (413, 400),
+// authorization (fresh, uncached reads of MysqlDatabases and of the group on
+// every request), then the lease decision of package policy.
+//
+// Guarantees:
+//   - Mutual exclusion comes from the API server: grants and renewals are
+//     Creates or resourceVersion-preconditioned Updates of Lease objects
+//     (package leases), so two replicas, or a replica and its restarted self,
+//     can never both grant the mutex.
+//   - The fence is read fresh on every request: a grant or renewal that starts
+//     after the API server acknowledged a generation bump never succeeds.
+//   - Tokens are returned once, in the grant's body; only their SHA-256 hash
+//     is stored. No token, hash or Authorization header is logged or put in a
+//     metric label. Every error body is the contract's JSON; internal error
+//     text goes to the log, never to the client.
+//   - 423 is never a renewal: nothing is written when it is answered.
+//
+// Not guaranteed: that a pipeline stops at its deadline. A TTL is not an
+// exactly-once guarantee for DDL; the client package implements the rules.
+//
+// GET answers 200 during an unconfirmed transition, with stable=false and
+// unstableReason TopologyTransition, rather than 423: it is an observation and
+// grants nothing. API-server throttling (429) and unavailability answer 503
+// {"error":"unavailable"} with Retry-After; these are outside the contract's
+// table, which does not cover a failing API server.
+package deployapi

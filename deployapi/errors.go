@@ -1,0 +1,116 @@
+package deployapi
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// Error codes of the contract (DESIGN §3).
+const (
+	codeBadRequest       = "bad_request"
+	codeUnauthenticated  = "unauthenticated"
+	codeForbidden        = "forbidden"
+	codeMigrationNotHeld = "migration_not_held"
+	codeTokenMismatch    = "token_mismatch"
+	codeNotFound         = "not_found"
+	codeHeld             = "held"
+	codeRevoked          = "revoked"
+	codeTooLarge         = "too_large"
+	codeUnstable         = "unstable"
+	codeMethodNotAllowed = "method_not_allowed"
+	codeNotLeader        = "not_leader"
+	// Outside the contract's table: the API server failed or throttled us.
+	codeUnavailable = "unavailable"
+	codeInternal    = "internal"
+)
+
+// apiError is a typed API failure; writeError turns it into the contract's
+// JSON. Fields other than status and code are added to the body.
+type apiError struct {
+	status     int
+	code       string
+	fields     map[string]any
+	retryAfter int
+	// cause is logged, never sent.
+	cause error
+}
+
+func (e *apiError) Error() string {
+	if e.cause != nil {
+		return e.code + ": " + e.cause.Error()
+	}
+	return e.code
+}
+
+func errBadRequest(msg string) *apiError {
+	return &apiError{status: http.StatusBadRequest, code: codeBadRequest, fields: map[string]any{"message": msg}}
+}
+
+var (
+	errUnauthenticated  = &apiError{status: http.StatusUnauthorized, code: codeUnauthenticated}
+	errForbidden        = &apiError{status: http.StatusForbidden, code: codeForbidden}
+	errMigrationNotHeld = &apiError{status: http.StatusForbidden, code: codeMigrationNotHeld}
+	errTokenMismatch    = &apiError{status: http.StatusForbidden, code: codeTokenMismatch}
+	errNotFound         = &apiError{status: http.StatusNotFound, code: codeNotFound}
+	errTooLarge         = &apiError{status: http.StatusRequestEntityTooLarge, code: codeTooLarge}
+	errMethodNotAllowed = &apiError{status: http.StatusMethodNotAllowed, code: codeMethodNotAllowed}
+	errNotLeader        = &apiError{status: http.StatusServiceUnavailable, code: codeNotLeader}
+)
+
+// unstableRetryAfterSeconds is what 423 tells the caller to wait.
+const unstableRetryAfterSeconds = 2
+
+func errUnstable() *apiError {
+	return &apiError{status: http.StatusLocked, code: codeUnstable,
+		fields: map[string]any{"retryAfterSeconds": unstableRetryAfterSeconds}, retryAfter: unstableRetryAfterSeconds}
+}
+
+func errHeld(operationID, instance string, expiresAt time.Time) *apiError {
+	return &apiError{status: http.StatusConflict, code: codeHeld, fields: map[string]any{
+		"holder": map[string]any{"operationId": operationID, "instance": instance, "expiresAt": formatTime(expiresAt)},
+	}}
+}
+
+func errRevoked(reason string, generation int64) *apiError {
+	return &apiError{status: http.StatusConflict, code: codeRevoked,
+		fields: map[string]any{"reason": reason, "topologyGeneration": generation}}
+}
+
+// errFromKube maps a failed API-server call: throttling and unavailability
+// become 503 with Retry-After; anything else is internal.
+func errFromKube(err error) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	if apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err) {
+		retry := 1
+		if s, ok := apierrors.SuggestsClientDelay(err); ok && s > 0 {
+			retry = s
+		}
+		return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, retryAfter: retry, cause: err}
+	}
+	return &apiError{status: http.StatusInternalServerError, code: codeInternal, cause: err}
+}
+
+func (e *apiError) body() map[string]any {
+	b := make(map[string]any, len(e.fields)+1)
+	for k, v := range e.fields {
+		b[k] = v
+	}
+	b["error"] = e.code
+	return b
+}
+
+func (e *apiError) headers(h http.Header) {
+	if e.retryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(e.retryAfter))
+	}
+}
+
+// formatTime is the wire form of a timestamp: RFC 3339 in UTC with Z.
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

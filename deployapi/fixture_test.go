@@ -1,0 +1,286 @@
+package deployapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/testenv"
+)
+
+var (
+	env        *testenv.Env
+	leaseCache cache.Cache
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Main(m, &env, func(e *testenv.Env) (func(), error) {
+		c, err := cache.New(e.Config, cache.Options{Scheme: e.Scheme, ByObject: leases.CacheByObject()})
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { _ = c.Start(ctx) }()
+		if !c.WaitForCacheSync(ctx) {
+			cancel()
+			return nil, fmt.Errorf("lease cache did not sync")
+		}
+		// Start the Lease informer now rather than on the first request.
+		if err := c.List(ctx, &coordinationv1.LeaseList{}); err != nil {
+			cancel()
+			return nil, err
+		}
+		leaseCache = c
+		return cancel, nil
+	}))
+}
+
+// logBuffer captures log lines, safely across goroutines.
+type logBuffer struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (b *logBuffer) add(s string) { b.mu.Lock(); b.lines = append(b.lines, s); b.mu.Unlock() }
+func (b *logBuffer) all() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.lines...)
+}
+
+// fixture is one group with one database, a deploy ServiceAccount listed as
+// its client, and an API server for it.
+type fixture struct {
+	t        *testing.T
+	ctx      context.Context
+	groupNS  string // namespace of group and database
+	clientNS string // namespace of the deploy ServiceAccount
+	group    *v1.MysqlFailoverGroup
+	token    string // bearer token of clientNS/deploy, audience bloodraven-deploy
+	clock    *clocktesting.FakeClock
+	leader   atomic.Bool
+	srv      *Server
+	logs     *logBuffer
+	reg      *prometheus.Registry
+	store    *leases.Store
+	// leaseTokens collects every lease token handed out, for the leak checks.
+	leaseTokens []string
+	mu          sync.Mutex
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{t: t, ctx: context.Background(), clock: clocktesting.NewFakeClock(time.Now().UTC()), logs: &logBuffer{}, reg: prometheus.NewRegistry()}
+	f.groupNS = env.Namespace(t)
+	f.clientNS = env.Namespace(t)
+	f.group = f.createGroup(f.groupNS, "playground", 1)
+	f.createDatabase(f.groupNS, "counter-app", "playground", v1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
+	f.token = f.serviceAccountToken(f.clientNS, "deploy", "bloodraven-deploy")
+	f.leader.Store(true)
+	f.srv = f.newServer()
+	return f
+}
+
+func (f *fixture) newServer() *Server {
+	f.t.Helper()
+	f.store = &leases.Store{Client: env.Client, Cached: leaseCache, API: env.Client, Clock: f.clock}
+	s, err := New(Config{
+		IsLeader: f.leader.Load,
+		Clock:    f.clock,
+		Kube:     env.Kube,
+		API:      env.Client,
+		Leases:   f.store,
+		Log:      funcr.NewJSON(func(obj string) { f.logs.add(obj) }, funcr.Options{}),
+		Metrics:  f.reg,
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return s
+}
+
+func (f *fixture) createGroup(ns, name string, generation int64) *v1.MysqlFailoverGroup {
+	f.t.Helper()
+	g := &v1.MysqlFailoverGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}, {Name: "pdx"}}},
+	}
+	if err := env.Client.Create(f.ctx, g); err != nil {
+		f.t.Fatal(err)
+	}
+	g.Status = v1.MysqlFailoverGroupStatus{ActiveSite: "iad", TopologyGeneration: generation,
+		Health: v1.Health{Ready: true, ReplicationRunning: true, ReplicationLagSeconds: 0.4}}
+	if err := env.Client.Status().Update(f.ctx, g); err != nil {
+		f.t.Fatal(err)
+	}
+	return g
+}
+
+func (f *fixture) createDatabase(ns, name, group string, clients ...v1.DeploymentClient) {
+	f.t.Helper()
+	db := &v1.MysqlDatabase{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: group}, DatabaseName: "counter", DeploymentClients: clients},
+	}
+	if err := env.Client.Create(f.ctx, db); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// serviceAccountToken creates the ServiceAccount if needed and returns a real
+// TokenRequest token for audience.
+func (f *fixture) serviceAccountToken(ns, name, audience string) string {
+	f.t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	if err := env.Client.Create(f.ctx, sa); err != nil && !strings.Contains(err.Error(), "already exists") {
+		f.t.Fatal(err)
+	}
+	tr, err := env.Kube.CoreV1().ServiceAccounts(ns).CreateToken(f.ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{audience}, ExpirationSeconds: ptr.To[int64](3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// setStatus changes the group's status as the operator would.
+func (f *fixture) setStatus(mutate func(*v1.MysqlFailoverGroupStatus)) {
+	f.t.Helper()
+	g := &v1.MysqlFailoverGroup{}
+	if err := env.Client.Get(f.ctx, client.ObjectKeyFromObject(f.group), g); err != nil {
+		f.t.Fatal(err)
+	}
+	mutate(&g.Status)
+	if err := env.Client.Status().Update(f.ctx, g); err != nil {
+		f.t.Fatal(err)
+	}
+	f.group = g
+}
+
+type response struct {
+	status int
+	header http.Header
+	raw    string
+	body   map[string]any
+}
+
+func (r response) str(key string) string {
+	v, _ := r.body[key].(string)
+	return v
+}
+
+func (r response) num(key string) float64 {
+	v, _ := r.body[key].(float64)
+	return v
+}
+
+// do sends a request through the API's handler (no listener).
+func (f *fixture) do(method, path, bearer string, body any, headers ...string) response {
+	f.t.Helper()
+	return f.doWith(f.srv, method, path, bearer, body, headers...)
+}
+
+func (f *fixture) doWith(s *Server, method, path, bearer string, body any, headers ...string) response {
+	f.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		rd = bytes.NewReader(data)
+	}
+	req := httptest.NewRequest(method, path, rd)
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, req)
+	out := response{status: rec.Code, header: rec.Header(), raw: rec.Body.String()}
+	if rec.Body.Len() > 0 {
+		if err := json.Unmarshal(rec.Body.Bytes(), &out.body); err != nil {
+			f.t.Fatalf("%s %s: body is not JSON: %q", method, path, rec.Body.String())
+		}
+		if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+			f.t.Fatalf("%s %s: content type %q", method, path, ct)
+		}
+	}
+	if tok := out.str("token"); tok != "" {
+		f.mu.Lock()
+		f.leaseTokens = append(f.leaseTokens, tok)
+		f.mu.Unlock()
+	}
+	return out
+}
+
+const groupPath = "/deploy/v1/groups/playground"
+
+func leasePath(kind, op string) string { return groupPath + "/leases/" + kind + "/" + op }
+
+func grantBody(kind, op string, ttl any) map[string]any {
+	b := map[string]any{"kind": kind, "operationId": op, "instance": "counter-app"}
+	if ttl != nil {
+		b["ttlSeconds"] = ttl
+	}
+	return b
+}
+
+// grant takes a lease and fails the test unless the status is want.
+func (f *fixture) grant(kind, op string, want int) response {
+	f.t.Helper()
+	r := f.do(http.MethodPost, groupPath+"/leases", f.token, grantBody(kind, op, 30))
+	if r.status != want {
+		f.t.Fatalf("POST %s %s: status %d, want %d: %s", kind, op, r.status, want, r.raw)
+	}
+	return r
+}
+
+func expectError(t *testing.T, r response, status int, code string) {
+	t.Helper()
+	if r.status != status || r.str("error") != code {
+		t.Fatalf("got %d %s, want %d {\"error\":%q}", r.status, r.raw, status, code)
+	}
+}
+
+// leaseObjects lists every Lease in the group's namespace (tombstones too).
+func (f *fixture) leaseObjects() []coordinationv1.Lease {
+	f.t.Helper()
+	var list coordinationv1.LeaseList
+	if err := env.Client.List(f.ctx, &list, client.InNamespace(f.groupNS)); err != nil {
+		f.t.Fatal(err)
+	}
+	return list.Items
+}

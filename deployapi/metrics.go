@@ -1,0 +1,88 @@
+package deployapi
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/shipstream/bloodraven/leases"
+)
+
+type metrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer, store *leases.Store, clk clock.PassiveClock) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bloodraven_deploy_api_requests_total",
+			Help: "Deployment API requests by handler, status code and group (empty when the caller was not authorized for a group).",
+		}, []string{"handler", "status", "group"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "bloodraven_deploy_api_request_duration_seconds",
+			Help:    "Deployment API request latency by handler, status code and group.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"handler", "status", "group"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration, &activeLeases{store: store, clock: clk}} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register deploy API metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observe(handler, status, group string, d time.Duration) {
+	m.requests.WithLabelValues(handler, status, group).Inc()
+	m.duration.WithLabelValues(handler, status, group).Observe(d.Seconds())
+}
+
+// activeLeases counts live deployment leases at scrape time from the lease
+// cache, so the gauge never drifts from what is stored: an expired lease
+// stops counting the moment it expires, whether or not anything rewrote it.
+type activeLeases struct {
+	store *leases.Store
+	clock clock.PassiveClock
+}
+
+var activeLeasesDesc = prometheus.NewDesc("bloodraven_deploy_leases_active",
+	"Live (active, unexpired) deployment leases by namespace, group and kind.",
+	[]string{"namespace", "group", "kind"}, nil)
+
+func (a *activeLeases) Describe(ch chan<- *prometheus.Desc) { ch <- activeLeasesDesc }
+
+func (a *activeLeases) Collect(ch chan<- prometheus.Metric) {
+	r := a.store.Cached
+	if r == nil {
+		r = a.store.API
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var list coordinationv1.LeaseList
+	if err := r.List(ctx, &list, client.MatchingLabelsSelector{Selector: leases.CacheSelector()}); err != nil {
+		ch <- prometheus.NewInvalidMetric(activeLeasesDesc, err)
+		return
+	}
+	type key struct{ ns, group, kind string }
+	counts := map[key]int{}
+	now := a.clock.Now()
+	for i := range list.Items {
+		rec, err := leases.Decode(&list.Items[i])
+		if err != nil || !rec.Live(now) {
+			continue
+		}
+		counts[key{list.Items[i].Namespace, rec.Group, string(rec.Kind)}]++
+	}
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(activeLeasesDesc, prometheus.GaugeValue, float64(n), k.ns, k.group, k.kind)
+	}
+}
