@@ -24,9 +24,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 	"github.com/shipstream/bloodraven/deployapi"
 	"github.com/shipstream/bloodraven/leases"
+	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 	"github.com/shipstream/bloodraven/server"
 )
 

@@ -81,7 +81,7 @@ type Record struct {
 	TokenHash   string    `json:"tokenHash,omitempty"`
 	// RevokedTokenHashes, on tombstones only: the hashes of the operation's
 	// lease tokens at revocation.
-	RevokedTokenHashes []string `json:"revokedTokenHashes,omitempty"`
+	RevokedTokenHashes []string  `json:"revokedTokenHashes,omitempty"`
 	RevokedAt          time.Time `json:"revokedAt,omitzero"`
 }
 
