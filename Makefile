@@ -93,9 +93,20 @@ lint: ## gofmt and go vet.
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
+FUZZTIME ?= 10s
+FUZZ_TARGETS := deployapi:FuzzDecodeGrant deployapi:FuzzDecodeRenew
+
 .PHONY: test
-test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) lint ## Lint, then every unit, envtest and e2e test with -race against a real kube-apiserver + etcd.
+test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, then a short fuzz run of the decoders.
 	$(GO) test -race -count=1 ./...
+	@$(MAKE) --no-print-directory fuzz
+
+.PHONY: fuzz
+fuzz: ## Fuzz the request decoders for FUZZTIME each (default 10s).
+	@for t in $(FUZZ_TARGETS); do \
+		echo ">> fuzz $${t#*:} for $(FUZZTIME)"; \
+		$(GO) test -run='^$$' -fuzz="^$${t#*:}$$" -fuzztime=$(FUZZTIME) ./$${t%%:*}/ || exit 1; \
+	done
 
 ##@ Playground
 

@@ -107,6 +107,10 @@ func newFixture(t *testing.T) *fixture {
 func (f *fixture) newServer() *Server {
 	f.t.Helper()
 	f.store = &leases.Store{Client: env.Client, Cached: leaseCache, API: env.Client, Clock: f.clock}
+	reg := f.reg
+	if f.srv != nil { // a second server (replica, restart) gets its own registry
+		reg = prometheus.NewRegistry()
+	}
 	s, err := New(Config{
 		IsLeader: f.leader.Load,
 		Clock:    f.clock,
@@ -114,7 +118,7 @@ func (f *fixture) newServer() *Server {
 		API:      env.Client,
 		Leases:   f.store,
 		Log:      funcr.NewJSON(func(obj string) { f.logs.add(obj) }, funcr.Options{}),
-		Metrics:  f.reg,
+		Metrics:  reg,
 	})
 	if err != nil {
 		f.t.Fatal(err)

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -96,6 +97,12 @@ func (e *Env) Stop() error { return e.Environment.Stop() }
 // runs setup hooks (each may return a cleanup), runs the tests and stops
 // everything.
 func Main(m *testing.M, env **Env, setup ...func(*Env) (func(), error)) int {
+	if fuzzing() {
+		// `go test -fuzz` runs no envtest-backed test (it is used with
+		// -run='^$'); its workers re-run TestMain and must not each start a
+		// control plane.
+		return m.Run()
+	}
 	e, err := Start(Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
@@ -125,6 +132,18 @@ func Main(m *testing.M, env **Env, setup ...func(*Env) (func(), error)) int {
 	code := m.Run()
 	stop()
 	return code
+}
+
+func fuzzing() bool {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	for _, name := range []string{"test.fuzz", "test.fuzzworker"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" && f.Value.String() != "false" {
+			return true
+		}
+	}
+	return false
 }
 
 // Namespace creates a fresh namespace for t and returns its name.

@@ -1,0 +1,276 @@
+package deployapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/shipstream/bloodraven/leases"
+)
+
+// Two operations race for the mutex, 50 times: exactly one 201 each time,
+// the other 409 held. Every other round races over an existing, released
+// mutex object (the resourceVersion-precondition path), the first round over
+// no object at all (the create-conflict path). Two Server instances with
+// separate token caches stand in for two replicas: the exclusion comes from
+// the API server, not from anything in process.
+func TestConcurrentMigrationGrantsExactlyOneWins(t *testing.T) {
+	f := newFixture(t)
+	other := f.newServer()
+	servers := []*Server{f.srv, other}
+	const rounds = 50
+	for round := 0; round < rounds; round++ {
+		var wg sync.WaitGroup
+		results := make([]response, 2)
+		start := make(chan struct{})
+		for i := 0; i < 2; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				<-start
+				op := []string{"left", "right"}[i] + "-" + strings.Repeat("x", round%3)
+				results[i] = f.doWith(servers[i], http.MethodPost, groupPath+"/leases", f.token, grantBody("migration", op, 30))
+			}(i)
+		}
+		close(start)
+		wg.Wait()
+		created, held := 0, 0
+		var winner response
+		for _, r := range results {
+			switch {
+			case r.status == http.StatusCreated:
+				created++
+				winner = r
+			case r.status == http.StatusConflict && r.str("error") == "held":
+				held++
+			default:
+				t.Fatalf("round %d: unexpected %d %s", round, r.status, r.raw)
+			}
+		}
+		if created != 1 || held != 1 {
+			t.Fatalf("round %d: %d created, %d held; want exactly one of each", round, created, held)
+		}
+		rel := f.do(http.MethodDelete, leasePath("migration", winner.str("operationId")), f.token, nil, "X-Lease-Token", winner.str("token"))
+		if rel.status != http.StatusNoContent {
+			t.Fatalf("round %d: release %d %s", round, rel.status, rel.raw)
+		}
+	}
+}
+
+// A new Server (as after an operator restart: new token cache, no memory of
+// earlier requests) against the same API server keeps every lease and
+// tombstone.
+func TestRestartKeepsLeasesAndTombstones(t *testing.T) {
+	f := newFixture(t)
+	m := f.grant("migration", "op-1", http.StatusCreated)
+	h := f.grant("failover-hold", "op-1", http.StatusCreated)
+	if _, err := f.store.Revoke(f.ctx, f.group, "gone", leases.ReasonOperatorRevoked); err != nil {
+		t.Fatal(err)
+	}
+	restarted := f.newServer()
+	f.clock.Step(10 * time.Second)
+	for kind, tok := range map[string]string{"migration": m.str("token"), "failover-hold": h.str("token")} {
+		if r := f.doWith(restarted, http.MethodPut, leasePath(kind, "op-1"), f.token, map[string]any{"token": tok}); r.status != http.StatusOK {
+			t.Fatalf("renew %s after restart: %d %s", kind, r.status, r.raw)
+		}
+	}
+	expectError(t, f.doWith(restarted, http.MethodPost, groupPath+"/leases", f.token, grantBody("migration", "op-2", nil)), 409, "held")
+	r := f.doWith(restarted, http.MethodPost, groupPath+"/leases", f.token, grantBody("migration", "gone", nil))
+	expectError(t, r, 409, "revoked")
+	if r.str("reason") != "operator_revoked" {
+		t.Fatalf("tombstone reason after restart: %s", r.raw)
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// countingKube returns a clientset that counts TokenReview requests.
+func countingKube(t *testing.T, n *atomic.Int64) kubernetes.Interface {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if strings.Contains(req.URL.Path, "/tokenreviews") {
+				n.Add(1)
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	k, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestTokenReviewCache(t *testing.T) {
+	f := newFixture(t)
+	var reviews atomic.Int64
+	a := newAuthenticator(countingKube(t, &reviews), "bloodraven-deploy", f.clock, DefaultAuthCacheTTL, 2)
+	req := func(token string) error {
+		r, _ := http.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("Authorization", "Bearer "+token)
+		_, err := a.authenticate(context.Background(), r)
+		return err
+	}
+	if err := req(f.token); err != nil {
+		t.Fatal(err)
+	}
+	if err := req(f.token); err != nil || reviews.Load() != 1 {
+		t.Fatalf("second request: err=%v, %d reviews; want a cache hit", err, reviews.Load())
+	}
+	f.clock.Step(DefaultAuthCacheTTL)
+	if err := req(f.token); err != nil || reviews.Load() != 2 {
+		t.Fatalf("after 15 s: err=%v, %d reviews; want a new review", err, reviews.Load())
+	}
+	t.Run("failures are not cached", func(t *testing.T) {
+		before := reviews.Load()
+		for i := 0; i < 3; i++ {
+			if err := req("bogus"); err != errUnauthenticated {
+				t.Fatalf("bogus token: %v", err)
+			}
+		}
+		if got := reviews.Load() - before; got != 3 {
+			t.Fatalf("%d reviews for 3 failing requests, want 3", got)
+		}
+	})
+	t.Run("the cache is bounded and evicts the least recently used", func(t *testing.T) {
+		t1 := f.serviceAccountToken(f.clientNS, "deploy", "bloodraven-deploy")
+		t2 := f.serviceAccountToken(f.clientNS, "deploy", "bloodraven-deploy")
+		for _, tok := range []string{f.token, t1, t2} { // size 2: f.token is evicted
+			if err := req(tok); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if a.cache.Len() != 2 {
+			t.Fatalf("cache holds %d entries, bound is 2", a.cache.Len())
+		}
+		before := reviews.Load()
+		if err := req(f.token); err != nil || reviews.Load() != before+1 {
+			t.Fatalf("evicted token: err=%v, reviews %d -> %d", err, before, reviews.Load())
+		}
+	})
+}
+
+// No lease token, token hash or bearer token appears in logs or metrics, and
+// no lease token in any stored object.
+func TestSecretsNeverLeak(t *testing.T) {
+	f := newFixture(t)
+	m := f.grant("migration", "op-1", http.StatusCreated)
+	f.grant("failover-hold", "op-1", http.StatusCreated)
+	f.grant("migration", "op-1", http.StatusOK)
+	f.do(http.MethodPut, leasePath("migration", "op-1"), f.token, map[string]any{"token": m.str("token")}) // stale token
+	f.do(http.MethodDelete, leasePath("migration", "op-1"), f.token, nil, "X-Lease-Token", "wrong")
+	if _, err := f.store.Revoke(f.ctx, f.group, "op-1", leases.ReasonOperatorRevoked); err != nil {
+		t.Fatal(err)
+	}
+	f.do(http.MethodPost, groupPath+"/leases", f.token, grantBody("migration", "op-1", nil))
+
+	var secrets []string
+	for _, tok := range f.leaseTokens {
+		secrets = append(secrets, tok, leases.HashToken(tok))
+	}
+	secrets = append(secrets, f.token)
+	if len(f.leaseTokens) < 3 {
+		t.Fatalf("only %d lease tokens issued", len(f.leaseTokens))
+	}
+
+	logs := strings.Join(f.logs.all(), "\n")
+	metricsText := gatherText(t, f.reg)
+	for _, s := range secrets {
+		if strings.Contains(logs, s) {
+			t.Errorf("a secret appears in the logs")
+		}
+		if strings.Contains(metricsText, s) {
+			t.Errorf("a secret appears in the metrics")
+		}
+	}
+	objects, err := json.Marshal(f.leaseObjects())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range append(f.leaseTokens, f.token) {
+		if strings.Contains(string(objects), tok) {
+			t.Errorf("a token is stored in clear in a Lease object")
+		}
+	}
+}
+
+func gatherText(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
+}
+
+func TestOneLogLinePerRequestWithTheContractFields(t *testing.T) {
+	f := newFixture(t)
+	f.grant("migration", "op-1", http.StatusCreated)
+	lines := f.logs.all()
+	if len(lines) != 1 {
+		t.Fatalf("%d log lines for one request: %v", len(lines), lines)
+	}
+	var line map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &line); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"msg": "deploy api", "handler": "grant", "group": "playground", "instance": "counter-app",
+		"namespace": f.groupNS, "operationId": "op-1", "status": float64(201)}
+	for k, v := range want {
+		if line[k] != v {
+			t.Errorf("log field %s = %v, want %v", k, line[k], v)
+		}
+	}
+	if _, ok := line["duration_ms"].(float64); !ok {
+		t.Errorf("duration_ms missing or not a number: %v", line["duration_ms"])
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	f := newFixture(t)
+	strangerNS := env.Namespace(t)
+	stranger := f.serviceAccountToken(strangerNS, "deploy", "bloodraven-deploy")
+	f.grant("migration", "op-1", http.StatusCreated)
+	f.grant("failover-hold", "op-1", http.StatusCreated)
+	f.do(http.MethodGet, "/deploy/v1/groups/made-up-group-name", stranger, nil)
+	f.do(http.MethodGet, groupPath, stranger, nil)
+
+	text := gatherText(t, f.reg)
+	for _, want := range []string{
+		`bloodraven_deploy_api_requests_total{group="playground",handler="grant",status="201"} 2`,
+		`bloodraven_deploy_api_requests_total{group="",handler="get_group",status="403"} 2`,
+		`bloodraven_deploy_leases_active{group="playground",kind="migration",namespace="` + f.groupNS + `"} 1`,
+		`bloodraven_deploy_leases_active{group="playground",kind="failover-hold",namespace="` + f.groupNS + `"} 1`,
+		`bloodraven_deploy_api_request_duration_seconds_count{group="playground",handler="grant",status="201"} 2`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if strings.Contains(text, "made-up-group-name") {
+		t.Error("an unauthorized path created a metric series")
+	}
+	f.clock.Step(31 * time.Second)
+	if text := gatherText(t, f.reg); strings.Contains(text, `namespace="`+f.groupNS+`"} 1`) {
+		t.Errorf("expired leases still counted as active:\n%s", text)
+	}
+}
