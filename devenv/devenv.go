@@ -89,8 +89,7 @@ type Playground struct {
 	Paths    Paths
 	lock     *os.File
 	env      *envtest.Environment
-	operator *exec.Cmd
-	exited   chan error
+	operator *Operator
 	// AdminConfig is the cluster-admin REST config.
 	AdminConfig *rest.Config
 }
@@ -121,7 +120,7 @@ func (p *Playground) logf(format string, args ...any) { fmt.Fprintf(p.cfg.Log, f
 // Up starts the playground. On error everything it started is stopped again.
 func Up(ctx context.Context, cfg Config) (_ *Playground, err error) {
 	cfg.defaults()
-	p := &Playground{cfg: cfg, Paths: PathsFor(cfg.StateDir), exited: make(chan error, 1)}
+	p := &Playground{cfg: cfg, Paths: PathsFor(cfg.StateDir)}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
@@ -326,66 +325,135 @@ func OperatorIdentity() string {
 	return "system:serviceaccount:" + OperatorNamespace + ":" + OperatorServiceAccount
 }
 
+// Listeners are an operator process's addresses.
+type Listeners struct {
+	TLS, Aux, Metrics, Probe string
+}
+
+// Operator is one running operator process.
+type Operator struct {
+	Listeners Listeners
+	Log       string
+	cmd       *exec.Cmd
+	exited    chan error
+}
+
+// Exited delivers the process's exit error once, then is closed.
+func (o *Operator) Exited() <-chan error { return o.exited }
+
+// Stop sends SIGTERM (graceful shutdown, leadership released) and waits,
+// killing the process after 20 s.
+func (o *Operator) Stop() {
+	if o == nil || o.cmd.Process == nil {
+		return
+	}
+	_ = o.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-o.exited:
+	case <-time.After(20 * time.Second):
+		_ = o.cmd.Process.Kill()
+		<-o.exited
+	}
+}
+
 func (p *Playground) startOperator(ctx context.Context) error {
-	logFile, err := os.OpenFile(p.Paths.OperatorLog, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	op, err := p.StartOperator(ctx, Listeners{TLS: p.cfg.TLSAddr, Aux: p.cfg.AuxAddr, Metrics: p.cfg.MetricsAddr, Probe: p.cfg.ProbeAddr},
+		p.Paths.OperatorLog, true)
 	if err != nil {
-		return fmt.Errorf("operator log: %w", err)
+		return err
+	}
+	p.operator = op
+	return nil
+}
+
+// StartOperator starts an operator process as the operator's ServiceAccount,
+// logging to logPath, and waits until it is ready and, with wantLeader, the
+// elected leader. Extra processes (a second replica, a restart) are stopped
+// by their caller.
+func (p *Playground) StartOperator(ctx context.Context, l Listeners, logPath string, wantLeader bool) (*Operator, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("operator log: %w", err)
 	}
 	cmd := exec.Command(p.cfg.OperatorBinary,
 		"--deploy-api",
 		"--leader-election-namespace="+OperatorNamespace,
 		"--tls-cert-dir="+p.Paths.TLSDir,
-		"--auxiliary-bind-address="+p.cfg.AuxAddr,
-		"--metrics-bind-address="+p.cfg.MetricsAddr,
-		"--health-probe-bind-address="+p.cfg.ProbeAddr,
+		"--auxiliary-bind-address="+l.Aux,
+		"--metrics-bind-address="+l.Metrics,
+		"--health-probe-bind-address="+l.Probe,
 		"--operator-identity="+OperatorIdentity(),
 	)
 	cmd.Env = append(os.Environ(),
 		"KUBECONFIG="+p.Paths.OperatorKubeconfig,
-		"BLOODRAVEN_ESCROW_TLS_ADDR="+p.cfg.TLSAddr,
+		"BLOODRAVEN_ESCROW_TLS_ADDR="+l.TLS,
 	)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// If this process dies without Down, the kernel stops the operator too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	p.logf(">> starting the operator as %s (log: %s)", OperatorIdentity(), p.Paths.OperatorLog)
+	p.logf(">> starting the operator as %s (log: %s)", OperatorIdentity(), logPath)
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		return fmt.Errorf("start operator %s: %w (run `make build`)", p.cfg.OperatorBinary, err)
+		return nil, fmt.Errorf("start operator %s: %w (run `make build`)", p.cfg.OperatorBinary, err)
 	}
-	p.operator = cmd
+	op := &Operator{Listeners: l, Log: logPath, cmd: cmd, exited: make(chan error, 1)}
 	go func() {
 		err := cmd.Wait()
 		logFile.Close()
-		p.exited <- err
-		close(p.exited)
+		op.exited <- err
+		close(op.exited)
 	}()
-	return p.waitOperatorReady(ctx)
+	if err := p.waitOperatorReady(ctx, op, wantLeader); err != nil {
+		op.Stop()
+		return nil, err
+	}
+	return op, nil
 }
 
-// waitOperatorReady waits until the operator's readiness probe passes and it
-// reports itself leader on the auxiliary status page.
-func (p *Playground) waitOperatorReady(ctx context.Context) error {
-	probe := "http://" + loopback(p.cfg.ProbeAddr) + "/readyz"
-	status := "http://" + loopback(p.cfg.AuxAddr) + "/status"
+// waitOperatorReady waits until the operator's readiness probe passes and,
+// with wantLeader, it reports itself leader on the auxiliary status page.
+func (p *Playground) waitOperatorReady(ctx context.Context, op *Operator, wantLeader bool) error {
+	probe := "http://" + loopback(op.Listeners.Probe) + "/readyz"
+	status := "http://" + loopback(op.Listeners.Aux) + "/status"
 	hc := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		select {
-		case err := <-p.exited:
-			return fmt.Errorf("operator exited during start-up (%v); last lines of %s:\n%s", err, p.Paths.OperatorLog, tail(p.Paths.OperatorLog, 15))
+		case err := <-op.exited:
+			return fmt.Errorf("operator exited during start-up (%v); last lines of %s:\n%s", err, op.Log, tail(op.Log, 15))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
-		if ok(hc, probe) && bodyContains(hc, status, `"leader":true`) {
-			p.logf(">> operator ready and elected leader")
+		if ok(hc, probe) && (!wantLeader || bodyContains(hc, status, `"leader":true`)) {
+			p.logf(">> operator ready (leader wanted: %v)", wantLeader)
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("operator not ready after 90s; last lines of %s:\n%s", p.Paths.OperatorLog, tail(p.Paths.OperatorLog, 15))
+			return fmt.Errorf("operator not ready after 90s; last lines of %s:\n%s", op.Log, tail(op.Log, 15))
 		}
 	}
 }
+
+// WaitLeader waits until op reports itself the elected leader.
+func (p *Playground) WaitLeader(ctx context.Context, op *Operator, timeout time.Duration) error {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(timeout)
+	for !bodyContains(hc, "http://"+loopback(op.Listeners.Aux)+"/status", `"leader":true`) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("operator on %s not leader after %v", op.Listeners.Aux, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// Operator is the playground's main operator process.
+func (p *Playground) Operator() *Operator { return p.operator }
 
 func (p *Playground) createScene(ctx context.Context, c client.Client, kube kubernetes.Interface) error {
 	objs := []client.Object{
@@ -420,21 +488,13 @@ func (p *Playground) createScene(ctx context.Context, c client.Client, kube kube
 	return nil
 }
 
-// Exited is closed (after delivering the exit error) when the operator exits.
-func (p *Playground) Exited() <-chan error { return p.exited }
+// Exited delivers the main operator's exit error, then is closed.
+func (p *Playground) Exited() <-chan error { return p.operator.Exited() }
 
 // Down stops the operator, then the control plane, then releases the lock.
 func (p *Playground) Down() error {
 	var errs []error
-	if p.operator != nil && p.operator.Process != nil {
-		_ = p.operator.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(20 * time.Second):
-			_ = p.operator.Process.Kill()
-			<-p.exited
-		}
-	}
+	p.operator.Stop()
 	if p.env != nil {
 		if err := p.env.Stop(); err != nil {
 			errs = append(errs, fmt.Errorf("stop control plane: %w", err))

@@ -1,0 +1,148 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/devenv"
+	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
+	"github.com/shipstream/bloodraven/testenv"
+)
+
+type tlsClient struct {
+	t     *testing.T
+	hc    *http.Client
+	token string
+}
+
+func (c *tlsClient) call(method, url string, body any, headers ...string) (int, map[string]any) {
+	c.t.Helper()
+	var rd *bytes.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+// The deployment API through the operator binary, over the real TLS
+// listener: a second replica is a follower and answers 503 not_leader; when
+// the leader stops, the follower takes over and every lease and tombstone
+// the first one wrote is still in force.
+func TestDeployAPIOverTLSAcrossLeaderChange(t *testing.T) {
+	root := testenv.RepoRoot()
+	ctx := context.Background()
+	cfg := devenv.Config{Root: root, StateDir: t.TempDir(), OperatorBinary: buildOperator(t, root),
+		TLSAddr: freeAddr(t), AuxAddr: freeAddr(t), MetricsAddr: freeAddr(t), ProbeAddr: freeAddr(t)}
+	p, err := devenv.Up(ctx, cfg)
+	if err != nil {
+		t.Fatalf("playground up: %v", err)
+	}
+	defer func() {
+		if err := p.Down(); err != nil {
+			t.Errorf("down: %v", err)
+		}
+	}()
+	caPEM, err := os.ReadFile(p.Paths.CACert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	token, err := os.ReadFile(p.Paths.DeployToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &tlsClient{t: t, token: string(token), hc: &http.Client{Timeout: 10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "localhost"}}}}
+	base := func(addr string) string { return "https://" + addr + "/deploy/v1/groups/" + devenv.GroupName }
+
+	leader := base(cfg.TLSAddr)
+	if st, body := c.call(http.MethodGet, leader, nil); st != http.StatusOK || body["group"] != devenv.GroupName {
+		t.Fatalf("GET over TLS: %d %v", st, body)
+	}
+	st, grant := c.call(http.MethodPost, leader+"/leases", map[string]any{"kind": "migration", "operationId": "op-1", "instance": devenv.DatabaseName})
+	if st != http.StatusCreated {
+		t.Fatalf("grant: %d %v", st, grant)
+	}
+	leaseToken, _ := grant["token"].(string)
+
+	// A generation bump fences op-1; its tombstone is written by the leader.
+	admin, err := client.New(p.AdminConfig, client.Options{Scheme: bloodravenscheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &v1.MysqlFailoverGroup{}
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.GroupName}, g); err != nil {
+		t.Fatal(err)
+	}
+	g.Status.TopologyGeneration++
+	g.Status.ActiveSite = "pdx"
+	if err := admin.Status().Update(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if st, body := c.call(http.MethodPut, leader+"/leases/migration/op-1", map[string]any{"token": leaseToken}); st != http.StatusConflict || body["error"] != "revoked" {
+		t.Fatalf("renew across the bump: %d %v", st, body)
+	}
+	st, grant2 := c.call(http.MethodPost, leader+"/leases", map[string]any{"kind": "migration", "operationId": "op-2", "instance": devenv.DatabaseName})
+	if st != http.StatusCreated {
+		t.Fatalf("grant op-2: %d %v", st, grant2)
+	}
+
+	// A second replica: ready, not leader, and it says so.
+	l2 := devenv.Listeners{TLS: freeAddr(t), Aux: freeAddr(t), Metrics: freeAddr(t), Probe: freeAddr(t)}
+	second, err := p.StartOperator(ctx, l2, filepath.Join(cfg.StateDir, "operator-2.log"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Stop()
+	if st, body := c.call(http.MethodGet, base(l2.TLS), nil); st != http.StatusServiceUnavailable || body["error"] != "not_leader" {
+		t.Fatalf("follower: %d %v", st, body)
+	}
+
+	// The leader stops (releasing its lease); the follower takes over.
+	start := time.Now()
+	p.Operator().Stop()
+	if err := p.WaitLeader(ctx, second, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("follower took over %v after the leader stopped", time.Since(start).Round(time.Millisecond))
+	next := base(l2.TLS)
+	if st, body := c.call(http.MethodPut, next+"/leases/migration/op-2", map[string]any{"token": grant2["token"]}); st != http.StatusOK {
+		t.Fatalf("renew op-2 on the new leader: %d %v", st, body)
+	}
+	if st, body := c.call(http.MethodPost, next+"/leases", map[string]any{"kind": "migration", "operationId": "op-1", "instance": devenv.DatabaseName}); st != http.StatusConflict || body["error"] != "revoked" || body["reason"] != "topology_changed" {
+		t.Fatalf("tombstoned op-1 on the new leader: %d %v", st, body)
+	}
+	if st, body := c.call(http.MethodPost, next+"/leases", map[string]any{"kind": "migration", "operationId": "op-3", "instance": devenv.DatabaseName}); st != http.StatusConflict || body["error"] != "held" {
+		t.Fatalf("mutex on the new leader: %d %v", st, body)
+	}
+}
