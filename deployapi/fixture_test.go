@@ -74,7 +74,7 @@ func (b *logBuffer) all() []string {
 // fixture is one group with one database, a deploy ServiceAccount listed as
 // its client, and an API server for it.
 type fixture struct {
-	t        *testing.T
+	t        testing.TB
 	ctx      context.Context
 	groupNS  string // namespace of group and database
 	clientNS string // namespace of the deploy ServiceAccount
@@ -91,7 +91,7 @@ type fixture struct {
 	mu          sync.Mutex
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	f := &fixture{t: t, ctx: context.Background(), clock: clocktesting.NewFakeClock(time.Now().UTC()), logs: &logBuffer{}, reg: prometheus.NewRegistry()}
 	f.groupNS = env.Namespace(t)
@@ -272,7 +272,7 @@ func (f *fixture) grant(kind, op string, want int) response {
 	return r
 }
 
-func expectError(t *testing.T, r response, status int, code string) {
+func expectError(t testing.TB, r response, status int, code string) {
 	t.Helper()
 	if r.status != status || r.str("error") != code {
 		t.Fatalf("got %d %s, want %d {\"error\":%q}", r.status, r.raw, status, code)
