@@ -177,7 +177,7 @@ func (s *Server) record(handler string, req *request, status int, d time.Duratio
 		"operationId", req.operationID, "status", status, "duration_ms", float64(d.Microseconds()) / 1000,
 	}
 	if req.identity.Namespace != "" {
-		kv = append(kv, "caller", req.identity.Username())
+		kv = append(kv, "identity", req.identity.Username())
 	}
 	if ae != nil && ae.cause != nil {
 		kv = append(kv, "error", ae.cause.Error())
