@@ -64,8 +64,9 @@ GENERATED_DIRS := api config
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, CRDs and RBAC from the Go types and markers.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
-	$(CONTROLLER_GEN) crd:allowDangerousTypes=true rbac:roleName=bloodraven paths=./... \
-		output:crd:artifacts:config=config/crd output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) crd:allowDangerousTypes=true rbac:roleName=bloodraven webhook paths=./... \
+		output:crd:artifacts:config=config/crd output:rbac:artifacts:config=config/rbac \
+		output:webhook:artifacts:config=config/webhook
 
 .PHONY: check-generate
 check-generate: generate ## Fail when generated files differ from what is committed.

@@ -28,6 +28,7 @@ import (
 	"github.com/shipstream/bloodraven/leases"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 	"github.com/shipstream/bloodraven/server"
+	bloodravenwebhook "github.com/shipstream/bloodraven/webhook"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -127,6 +128,7 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 		leader.WatchElected(closedChan(), ctx.Done())
 	}
 
+	bloodravenwebhook.Register(mgr.GetWebhookServer(), mgr.GetScheme(), opts.operatorIdentity)
 	if opts.deployAPI {
 		if err := addDeployAPI(mgr, cfg, opts, &leader, log); err != nil {
 			return err

@@ -106,6 +106,9 @@ func (o options) validate() error {
 	if o.deployAPI && !o.leaderElection {
 		return fmt.Errorf("--deploy-api needs --leader-elect: only the elected leader may answer /deploy/v1")
 	}
+	if o.operatorIdentity == "" {
+		return fmt.Errorf("--operator-identity (env %s) is required: the webhooks let only this user, system:serviceaccount:<namespace>:<name>, move the fence", envOperatorSA)
+	}
 	if o.deployAudience == "" {
 		return fmt.Errorf("--deploy-audience must not be empty")
 	}

@@ -55,6 +55,10 @@ func TestParseOptions(t *testing.T) {
 			args:    []string{"--tls-bind-address=8443"},
 			wantErr: "TLS listener address",
 		},
+		"the operator identity is required": {
+			env:     map[string]string{envOperatorSA: ""},
+			wantErr: "--operator-identity",
+		},
 		"a throttling QPS is refused": {
 			args:    []string{"--kube-api-qps=20"},
 			wantErr: "too low",
@@ -62,7 +66,16 @@ func TestParseOptions(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			o, err := parseOptions(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+			getenv := func(k string) string {
+				if v, ok := tc.env[k]; ok {
+					return v
+				}
+				if k == envOperatorSA {
+					return "system:serviceaccount:bloodraven-system:bloodraven"
+				}
+				return ""
+			}
+			o, err := parseOptions(tc.args, getenv, io.Discard)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)

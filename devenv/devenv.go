@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -158,6 +159,9 @@ func Up(ctx context.Context, cfg Config) (_ *Playground, err error) {
 		return nil, err
 	}
 	if err := p.startOperator(ctx); err != nil {
+		return nil, err
+	}
+	if err := p.installWebhooks(ctx, c); err != nil {
 		return nil, err
 	}
 	if err := p.createScene(ctx, c, kube); err != nil {
@@ -318,6 +322,39 @@ func (p *Playground) writeServingCertificate() error {
 		return err
 	}
 	return pair.WriteTLSDir(p.Paths.TLSDir)
+}
+
+// installWebhooks registers the generated webhook configuration
+// (config/webhook) with the API server, pointed at the operator's TLS
+// listener on loopback and trusting the playground CA.
+func (p *Playground) installWebhooks(ctx context.Context, c client.Client) error {
+	data, err := os.ReadFile(filepath.Join(p.cfg.Root, "config", "webhook", "manifests.yaml"))
+	if err != nil {
+		return fmt.Errorf("webhook configuration: %w", err)
+	}
+	caPEM, err := os.ReadFile(p.Paths.CACert)
+	if err != nil {
+		return err
+	}
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := yaml.UnmarshalStrict(data, cfg); err != nil {
+		return fmt.Errorf("webhook configuration: %w", err)
+	}
+	cfg.Name = "bloodraven"
+	_, port, err := net.SplitHostPort(p.cfg.TLSAddr)
+	if err != nil {
+		return fmt.Errorf("TLS address %q: %w", p.cfg.TLSAddr, err)
+	}
+	for i := range cfg.Webhooks {
+		w := &cfg.Webhooks[i]
+		url := "https://127.0.0.1:" + port + *w.ClientConfig.Service.Path
+		w.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caPEM}
+	}
+	if err := c.Create(ctx, cfg); err != nil {
+		return fmt.Errorf("create webhook configuration: %w", err)
+	}
+	p.logf(">> validating webhooks registered (%d)", len(cfg.Webhooks))
+	return nil
 }
 
 // OperatorIdentity is the user name the operator authenticates as.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
@@ -96,7 +97,13 @@ func TestDeployAPIOverTLSAcrossLeaderChange(t *testing.T) {
 	leaseToken, _ := grant["token"].(string)
 
 	// A generation bump fences op-1; its tombstone is written by the leader.
-	admin, err := client.New(p.AdminConfig, client.Options{Scheme: bloodravenscheme.New()})
+	// Only the operator's identity may move the fence (the webhook refuses
+	// the administrator), so the bump is made with the operator's kubeconfig.
+	opCfg, err := clientcmd.BuildConfigFromFlags("", p.Paths.OperatorKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := client.New(opCfg, client.Options{Scheme: bloodravenscheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}

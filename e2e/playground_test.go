@@ -176,6 +176,16 @@ func TestPlaygroundComesUpAsDocumented(t *testing.T) {
 		}
 	})
 
+	t.Run("the webhooks guard the fence against the administrator", func(t *testing.T) {
+		out, err := exec.Command(filepath.Join(root, "bin", "kubectl"), "--kubeconfig", p.Paths.Kubeconfig,
+			"-n", devenv.PlaygroundNamespace, "patch", "mysqlfailovergroup", devenv.GroupName, "--subresource=status",
+			"--type=merge", "-p", `{"status":{"topologyGeneration":1,"activeSite":"iad"}}`).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "lying to the fence") {
+			t.Fatalf("kubectl patch of the fence: err=%v\n%s", err, out)
+		}
+		t.Logf("kubectl patch --subresource=status as cluster-admin:\n%s", out)
+	})
+
 	t.Run("a second playground on the same state directory refuses to start", func(t *testing.T) {
 		second := cfg
 		second.TLSAddr, second.AuxAddr, second.MetricsAddr, second.ProbeAddr = freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)

@@ -97,13 +97,18 @@ func (e *Env) Stop() error { return e.Environment.Stop() }
 // runs setup hooks (each may return a cleanup), runs the tests and stops
 // everything.
 func Main(m *testing.M, env **Env, setup ...func(*Env) (func(), error)) int {
+	return MainWithOptions(m, env, Options{}, setup...)
+}
+
+// MainWithOptions is Main with start options (webhooks to install).
+func MainWithOptions(m *testing.M, env **Env, opts Options, setup ...func(*Env) (func(), error)) int {
 	if fuzzing() {
 		// `go test -fuzz` runs no envtest-backed test (it is used with
 		// -run='^$'); its workers re-run TestMain and must not each start a
 		// control plane.
 		return m.Run()
 	}
-	e, err := Start(Options{})
+	e, err := Start(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
 		return 1

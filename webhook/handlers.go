@@ -1,0 +1,95 @@
+package webhook
+
+import (
+	"context"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+)
+
+// Paths of the webhooks on the TLS listener; the markers below must match.
+const (
+	GroupPath       = "/validate-bloodraven-shipstream-io-v1alpha1-mysqlfailovergroup"
+	GroupStatusPath = "/validate-bloodraven-shipstream-io-v1alpha1-mysqlfailovergroup-status"
+	DatabasePath    = "/validate-bloodraven-shipstream-io-v1alpha1-mysqldatabase"
+)
+
+// +kubebuilder:webhook:path=/validate-bloodraven-shipstream-io-v1alpha1-mysqlfailovergroup,mutating=false,failurePolicy=fail,sideEffects=None,groups=bloodraven.shipstream.io,resources=mysqlfailovergroups,verbs=create;update,versions=v1alpha1,name=spec.mysqlfailovergroups.bloodraven.shipstream.io,admissionReviewVersions=v1,timeoutSeconds=5
+// +kubebuilder:webhook:path=/validate-bloodraven-shipstream-io-v1alpha1-mysqlfailovergroup-status,mutating=false,failurePolicy=fail,sideEffects=None,groups=bloodraven.shipstream.io,resources=mysqlfailovergroups/status,verbs=update,versions=v1alpha1,name=status.mysqlfailovergroups.bloodraven.shipstream.io,admissionReviewVersions=v1,timeoutSeconds=5
+// +kubebuilder:webhook:path=/validate-bloodraven-shipstream-io-v1alpha1-mysqldatabase,mutating=false,failurePolicy=fail,sideEffects=None,groups=bloodraven.shipstream.io,resources=mysqldatabases,verbs=create;update,versions=v1alpha1,name=mysqldatabases.bloodraven.shipstream.io,admissionReviewVersions=v1,timeoutSeconds=5
+
+// Register mounts the webhooks on srv. operatorIdentity is the user name the
+// operator authenticates as (system:serviceaccount:<ns>:<name>).
+func Register(srv webhook.Server, scheme *runtime.Scheme, operatorIdentity string) {
+	dec := admission.NewDecoder(scheme)
+	srv.Register(GroupPath, &webhook.Admission{Handler: &groupSpecHandler{dec: dec}})
+	srv.Register(GroupStatusPath, &webhook.Admission{Handler: &fenceHandler{dec: dec, operator: operatorIdentity}})
+	srv.Register(DatabasePath, &webhook.Admission{Handler: &databaseHandler{dec: dec}})
+}
+
+var (
+	groupKind    = schema.GroupKind{Group: v1.GroupVersion.Group, Kind: "MysqlFailoverGroup"}
+	databaseKind = schema.GroupKind{Group: v1.GroupVersion.Group, Kind: "MysqlDatabase"}
+)
+
+// deny turns field errors into the API server's Invalid status, so kubectl
+// prints each field and what to do.
+func deny(gk schema.GroupKind, name string, errs field.ErrorList) admission.Response {
+	status := apierrors.NewInvalid(gk, name, errs).ErrStatus
+	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &status}}
+}
+
+func verdict(gk schema.GroupKind, name string, errs field.ErrorList) admission.Response {
+	if len(errs) > 0 {
+		return deny(gk, name, errs)
+	}
+	return admission.Allowed("")
+}
+
+type groupSpecHandler struct{ dec admission.Decoder }
+
+func (h *groupSpecHandler) Handle(_ context.Context, req admission.Request) admission.Response {
+	g := &v1.MysqlFailoverGroup{}
+	if err := h.dec.Decode(req, g); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	return verdict(groupKind, g.Name, ValidateGroupSpec(g))
+}
+
+type fenceHandler struct {
+	dec      admission.Decoder
+	operator string
+}
+
+func (h *fenceHandler) Handle(_ context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
+	newG, oldG := &v1.MysqlFailoverGroup{}, &v1.MysqlFailoverGroup{}
+	if err := h.dec.DecodeRaw(req.Object, newG); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if err := h.dec.DecodeRaw(req.OldObject, oldG); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	isOperator := h.operator != "" && req.UserInfo.Username == h.operator
+	return verdict(groupKind, newG.Name, ValidateFenceChange(oldG, newG, isOperator))
+}
+
+type databaseHandler struct{ dec admission.Decoder }
+
+func (h *databaseHandler) Handle(_ context.Context, req admission.Request) admission.Response {
+	db := &v1.MysqlDatabase{}
+	if err := h.dec.Decode(req, db); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	return verdict(databaseKind, db.Name, ValidateDatabase(db))
+}

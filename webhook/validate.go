@@ -1,0 +1,137 @@
+package webhook
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+)
+
+// FenceAdvice is what a denied fence edit tells the user to do instead.
+const FenceAdvice = "editing status.topologyGeneration or status.activeSite by hand is lying to the fence: " +
+	"to end every deployment lease, annotate the group with " + v1.RevokeDeploymentLeasesAnnotation +
+	"; to move the primary, request spec.plannedFailover"
+
+// ValidateFenceChange checks a status update. isOperator tells whether the
+// request comes from the operator's own identity.
+func ValidateFenceChange(oldG, newG *v1.MysqlFailoverGroup, isOperator bool) field.ErrorList {
+	oldS, newS := &oldG.Status, &newG.Status
+	genPath := field.NewPath("status", "topologyGeneration")
+	sitePath := field.NewPath("status", "activeSite")
+	genChanged := newS.TopologyGeneration != oldS.TopologyGeneration
+	siteChanged := newS.ActiveSite != oldS.ActiveSite
+	if !genChanged && !siteChanged {
+		return nil
+	}
+	if !isOperator {
+		if genChanged {
+			return field.ErrorList{field.Forbidden(genPath, "only the operator may change the topology generation; "+FenceAdvice)}
+		}
+		return field.ErrorList{field.Forbidden(sitePath, "only the operator may change the active site; "+FenceAdvice)}
+	}
+	var errs field.ErrorList
+	switch {
+	case newS.TopologyGeneration < oldS.TopologyGeneration:
+		errs = append(errs, field.Invalid(genPath, newS.TopologyGeneration,
+			fmt.Sprintf("the topology generation never decreases (was %d)", oldS.TopologyGeneration)))
+	case newS.TopologyGeneration > oldS.TopologyGeneration+1:
+		errs = append(errs, field.Invalid(genPath, newS.TopologyGeneration,
+			fmt.Sprintf("the topology generation moves by exactly one (was %d)", oldS.TopologyGeneration)))
+	case !genChanged:
+		errs = append(errs, field.Invalid(sitePath, newS.ActiveSite,
+			"the active site changes only together with topologyGeneration+1"))
+	case newS.ActiveSite == "":
+		errs = append(errs, field.Invalid(sitePath, newS.ActiveSite, "a promotion names the new active site"))
+	case !siteChanged && !announced(oldS, newS):
+		errs = append(errs, field.Invalid(genPath, newS.TopologyGeneration,
+			"the topology generation moves only with a change of active site, or with the transition announced in status.transition"))
+	}
+	if newS.ActiveSite != "" && !hasSite(newG, newS.ActiveSite) {
+		errs = append(errs, field.NotFound(sitePath, newS.ActiveSite))
+	}
+	return errs
+}
+
+// announced: the old status carried a transition to exactly this generation
+// and site (a promotion that keeps the active site, such as restore in place).
+func announced(oldS, newS *v1.MysqlFailoverGroupStatus) bool {
+	t := oldS.Transition
+	return t != nil && t.Generation == newS.TopologyGeneration && t.TargetSite == newS.ActiveSite
+}
+
+func hasSite(g *v1.MysqlFailoverGroup, name string) bool {
+	for _, s := range g.Spec.Sites {
+		if s.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidateGroupSpec checks what the CRD schema cannot: targets name declared
+// sites, names are unique, the active site stays declared.
+func ValidateGroupSpec(g *v1.MysqlFailoverGroup) field.ErrorList {
+	var errs field.ErrorList
+	sites := field.NewPath("spec", "sites")
+	seen := map[string]int{}
+	for i, s := range g.Spec.Sites {
+		p := sites.Index(i).Child("name")
+		if msgs := validation.IsDNS1123Label(s.Name); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(p, s.Name, fmt.Sprintf("site names are DNS labels: %v", msgs)))
+		}
+		if j, dup := seen[s.Name]; dup {
+			errs = append(errs, field.Duplicate(p, fmt.Sprintf("%s (also spec.sites[%d])", s.Name, j)))
+		}
+		seen[s.Name] = i
+	}
+	if pf := g.Spec.PlannedFailover; pf != nil && !hasSite(g, pf.TargetSite) {
+		errs = append(errs, field.NotFound(field.NewPath("spec", "plannedFailover", "targetSite"), pf.TargetSite))
+	}
+	if r := g.Spec.RestoreInPlace; r != nil && r.TargetSite != "" && !hasSite(g, r.TargetSite) {
+		errs = append(errs, field.NotFound(field.NewPath("spec", "restoreInPlace", "targetSite"), r.TargetSite))
+	}
+	if a := g.Status.ActiveSite; a != "" && !hasSite(g, a) {
+		errs = append(errs, field.Forbidden(sites, fmt.Sprintf("site %q is the active site (status.activeSite) and cannot be removed; fail over first", a)))
+	}
+	return errs
+}
+
+// ValidateDatabase checks a MysqlDatabase's group reference and client list.
+func ValidateDatabase(db *v1.MysqlDatabase) field.ErrorList {
+	var errs field.ErrorList
+	ref := field.NewPath("spec", "groupRef", "name")
+	switch {
+	case db.Spec.GroupRef.Name == "":
+		errs = append(errs, field.Required(ref, "name the MysqlFailoverGroup of this database, in the same namespace"))
+	default:
+		if msgs := validation.IsDNS1123Subdomain(db.Spec.GroupRef.Name); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(ref, db.Spec.GroupRef.Name, fmt.Sprintf("not a valid object name: %v", msgs)))
+		}
+	}
+	clients := field.NewPath("spec", "deploymentClients")
+	seen := map[string]int{}
+	for i, c := range db.Spec.DeploymentClients {
+		p := clients.Index(i)
+		if c.Namespace == "" {
+			errs = append(errs, field.Required(p.Child("namespace"), "the namespace of the deploy pipeline's ServiceAccount"))
+		} else if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(p.Child("namespace"), c.Namespace, fmt.Sprintf("not a valid namespace name: %v", msgs)))
+		}
+		if c.ServiceAccount == "" {
+			errs = append(errs, field.Required(p.Child("serviceAccount"), "the name of the deploy pipeline's ServiceAccount"))
+		} else if msgs := validation.IsDNS1123Subdomain(c.ServiceAccount); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(p.Child("serviceAccount"), c.ServiceAccount, fmt.Sprintf("not a valid ServiceAccount name: %v", msgs)))
+		}
+		if c.Namespace == "" {
+			continue
+		}
+		if j, dup := seen[c.Namespace]; dup {
+			errs = append(errs, field.Duplicate(p.Child("namespace"),
+				fmt.Sprintf("%s: spec.deploymentClients[%d] already names a ServiceAccount in this namespace; one per namespace", c.Namespace, j)))
+		}
+		seen[c.Namespace] = i
+	}
+	return errs
+}

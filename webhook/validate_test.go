@@ -1,0 +1,142 @@
+package webhook
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+)
+
+func group(site string, gen int64) *v1.MysqlFailoverGroup {
+	return &v1.MysqlFailoverGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders"},
+		Spec:       v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}, {Name: "pdx"}}},
+		Status:     v1.MysqlFailoverGroupStatus{ActiveSite: site, TopologyGeneration: gen},
+	}
+}
+
+func TestValidateFenceChange(t *testing.T) {
+	withTransition := func(g *v1.MysqlFailoverGroup, site string, gen int64) *v1.MysqlFailoverGroup {
+		g.Status.Transition = &v1.TopologyTransition{Operation: "RestoreInPlace", TargetSite: site, Generation: gen}
+		return g
+	}
+	tests := map[string]struct {
+		old, new   *v1.MysqlFailoverGroup
+		operator   bool
+		wantErrSub string // empty: allowed
+	}{
+		"nothing about the fence changes":                      {old: group("iad", 3), new: group("iad", 3)},
+		"a person changes other status freely":                 {old: group("iad", 3), new: func() *v1.MysqlFailoverGroup { g := group("iad", 3); g.Status.Health.Ready = true; return g }()},
+		"a person bumps the generation":                        {old: group("iad", 3), new: group("iad", 4), wantErrSub: "lying to the fence"},
+		"a person moves the active site":                       {old: group("iad", 3), new: group("pdx", 3), wantErrSub: "revoke-deployment-leases"},
+		"a person does a perfect failover":                     {old: group("iad", 3), new: group("pdx", 4), wantErrSub: "only the operator"},
+		"operator bootstrap 0 to 1":                            {old: group("", 0), new: group("iad", 1), operator: true},
+		"operator failover bumps by one":                       {old: group("iad", 3), new: group("pdx", 4), operator: true},
+		"operator may not decrease":                            {old: group("pdx", 4), new: group("iad", 3), operator: true, wantErrSub: "never decreases"},
+		"operator may not skip":                                {old: group("iad", 3), new: group("pdx", 5), operator: true, wantErrSub: "exactly one"},
+		"operator may not bump without a move":                 {old: group("iad", 3), new: group("iad", 4), operator: true, wantErrSub: "only with a change of active site"},
+		"operator may not move without a bump":                 {old: group("iad", 3), new: group("pdx", 3), operator: true, wantErrSub: "only together with topologyGeneration+1"},
+		"operator may not clear the active site":               {old: group("iad", 3), new: group("", 4), operator: true, wantErrSub: "names the new active site"},
+		"operator may not promote an unknown site":             {old: group("iad", 3), new: group("sfo", 4), operator: true, wantErrSub: "status.activeSite"},
+		"operator same-site bump announced by a transition":    {old: withTransition(group("iad", 3), "iad", 4), new: group("iad", 4), operator: true},
+		"a transition to another generation does not cover it": {old: withTransition(group("iad", 3), "iad", 5), new: group("iad", 4), operator: true, wantErrSub: "only with a change of active site"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			errs := ValidateFenceChange(tc.old, tc.new, tc.operator)
+			if tc.wantErrSub == "" {
+				if len(errs) > 0 {
+					t.Fatalf("denied: %v", errs)
+				}
+				return
+			}
+			if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), tc.wantErrSub) {
+				t.Fatalf("errors %v, want one mentioning %q", errs, tc.wantErrSub)
+			}
+		})
+	}
+}
+
+func TestValidateGroupSpec(t *testing.T) {
+	tests := map[string]struct {
+		mutate     func(*v1.MysqlFailoverGroup)
+		wantErrSub string
+	}{
+		"two sites": {mutate: func(*v1.MysqlFailoverGroup) {}},
+		"planned failover to a known site": {mutate: func(g *v1.MysqlFailoverGroup) {
+			g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "r1", TargetSite: "pdx"}
+		}},
+		"planned failover to an unknown site": {mutate: func(g *v1.MysqlFailoverGroup) {
+			g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "r1", TargetSite: "sfo"}
+		},
+			wantErrSub: "spec.plannedFailover.targetSite: Not found"},
+		"restore in place to an unknown site": {mutate: func(g *v1.MysqlFailoverGroup) {
+			g.Spec.RestoreInPlace = &v1.RestoreInPlaceRequest{ID: "r1", TargetSite: "sfo"}
+		},
+			wantErrSub: "spec.restoreInPlace.targetSite"},
+		"duplicate site names": {mutate: func(g *v1.MysqlFailoverGroup) { g.Spec.Sites = append(g.Spec.Sites, v1.Site{Name: "iad"}) },
+			wantErrSub: "spec.sites[2].name: Duplicate value"},
+		"removing the active site": {mutate: func(g *v1.MysqlFailoverGroup) { g.Spec.Sites = g.Spec.Sites[1:] },
+			wantErrSub: "cannot be removed"},
+		"the revoke annotation with any value": {mutate: func(g *v1.MysqlFailoverGroup) {
+			g.Annotations = map[string]string{v1.RevokeDeploymentLeasesAnnotation: "because I said so!"}
+		}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := group("iad", 1)
+			tc.mutate(g)
+			errs := ValidateGroupSpec(g)
+			if tc.wantErrSub == "" {
+				if len(errs) > 0 {
+					t.Fatalf("denied: %v", errs)
+				}
+				return
+			}
+			if !strings.Contains(errs.ToAggregate().Error(), tc.wantErrSub) {
+				t.Fatalf("errors %v, want %q", errs, tc.wantErrSub)
+			}
+		})
+	}
+}
+
+func TestValidateDatabase(t *testing.T) {
+	db := func(ref string, clients ...v1.DeploymentClient) *v1.MysqlDatabase {
+		return &v1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Name: "counter-app"},
+			Spec: v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: ref}, DatabaseName: "counter", DeploymentClients: clients}}
+	}
+	c := func(ns, sa string) v1.DeploymentClient { return v1.DeploymentClient{Namespace: ns, ServiceAccount: sa} }
+	tests := map[string]struct {
+		db      *v1.MysqlDatabase
+		wantErr []string
+	}{
+		"valid":                        {db: db("playground", c("app", "deploy"), c("batch", "deploy"))},
+		"no clients":                   {db: db("playground")},
+		"missing group":                {db: db(""), wantErr: []string{"spec.groupRef.name: Required value"}},
+		"invalid group":                {db: db("Play_Ground"), wantErr: []string{"spec.groupRef.name: Invalid value"}},
+		"two clients in one namespace": {db: db("playground", c("app", "a"), c("app", "b")), wantErr: []string{"spec.deploymentClients[1].namespace: Duplicate value", "spec.deploymentClients[0] already names"}},
+		"missing serviceAccount":       {db: db("playground", c("app", "")), wantErr: []string{"spec.deploymentClients[0].serviceAccount: Required value"}},
+		"missing namespace":            {db: db("playground", c("app", "x"), c("", "deploy")), wantErr: []string{"spec.deploymentClients[1].namespace: Required value"}},
+		"invalid namespace":            {db: db("playground", c("App", "deploy")), wantErr: []string{"spec.deploymentClients[0].namespace: Invalid value"}},
+		"invalid serviceAccount":       {db: db("playground", c("app", "deploy bot")), wantErr: []string{"spec.deploymentClients[0].serviceAccount: Invalid value"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			errs := ValidateDatabase(tc.db)
+			if len(tc.wantErr) == 0 {
+				if len(errs) > 0 {
+					t.Fatalf("denied: %v", errs)
+				}
+				return
+			}
+			msg := errs.ToAggregate().Error()
+			for _, w := range tc.wantErr {
+				if !strings.Contains(msg, w) {
+					t.Errorf("%q does not contain %q", msg, w)
+				}
+			}
+		})
+	}
+}
