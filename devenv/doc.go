@@ -1,7 +1,8 @@
 // Package devenv brings up the playground behind `make dev`: a local
 // kube-apiserver + etcd (the binaries `make tools` builds), the CRDs, the
 // operator running as its own ServiceAccount with the generated RBAC, a
-// self-signed CA and serving certificate for its TLS listener, and the demo
+// self-signed CA and serving certificate for its TLS listener, the validating
+// webhooks registered against that listener, and the demo
 // scene (namespace, MysqlFailoverGroup and MysqlDatabase `playground` /
 // `counter-app`, a `deploy` ServiceAccount and its token).
 //
