@@ -248,6 +248,22 @@ type MysqlFailoverGroupStatus struct {
 	// +optional
 	Health Health `json:"health,omitempty"`
 
+	// PrimaryLostAt is when the operator first saw the active site
+	// unreachable; emergency failover starts failureDetectionSeconds later.
+	// Cleared when the primary answers again.
+	// +optional
+	PrimaryLostAt *metav1.Time `json:"primaryLostAt,omitempty"`
+
+	// UpdatedRevision is the spec.updateRevision the last ordered update
+	// completed.
+	// +optional
+	UpdatedRevision string `json:"updatedRevision,omitempty"`
+
+	// RestoreInPlaceID is the spec.restoreInPlace.id the current or last
+	// restore-in-place belongs to.
+	// +optional
+	RestoreInPlaceID string `json:"restoreInPlaceID,omitempty"`
+
 	// PlannedFailover is the progress of spec.plannedFailover.
 	// +optional
 	PlannedFailover *PlannedFailoverStatus `json:"plannedFailover,omitempty"`

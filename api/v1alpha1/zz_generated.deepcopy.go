@@ -282,6 +282,10 @@ func (in *MysqlFailoverGroupStatus) DeepCopyInto(out *MysqlFailoverGroupStatus) 
 		(*in).DeepCopyInto(*out)
 	}
 	out.Health = in.Health
+	if in.PrimaryLostAt != nil {
+		in, out := &in.PrimaryLostAt, &out.PrimaryLostAt
+		*out = (*in).DeepCopy()
+	}
 	if in.PlannedFailover != nil {
 		in, out := &in.PlannedFailover, &out.PlannedFailover
 		*out = new(PlannedFailoverStatus)

@@ -1,0 +1,155 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/topology"
+)
+
+func lease(kind leases.Kind, op string, state leases.State, expires time.Time) *leases.Record {
+	return &leases.Record{Kind: kind, OperationID: op, Instance: "counter-app", State: state, ExpiresAt: expires}
+}
+
+func TestAdmit(t *testing.T) {
+	soon, later := t0.Add(10*time.Second), t0.Add(40*time.Second)
+	tests := map[string]struct {
+		in          AdmissionInput
+		want        AdmissionVerdict
+		wantRetry   time.Time
+		wantBlocker string
+	}{
+		"nothing held": {in: AdmissionInput{TargetReady: true}, want: Admitted},
+		"a migration lease alone defers nothing": {
+			in: AdmissionInput{TargetReady: true, Leases: []*leases.Record{lease(leases.KindMigration, "a", leases.StateActive, later)}}, want: Admitted},
+		"a live hold defers until its expiry": {
+			in:   AdmissionInput{TargetReady: true, Leases: []*leases.Record{lease(leases.KindFailoverHold, "a", leases.StateActive, later)}},
+			want: DeferForHold, wantRetry: later, wantBlocker: "a"},
+		"the earliest live hold sets retryTime": {
+			in: AdmissionInput{TargetReady: true, Leases: []*leases.Record{
+				lease(leases.KindFailoverHold, "a", leases.StateActive, later), lease(leases.KindFailoverHold, "b", leases.StateActive, soon)}},
+			want: DeferForHold, wantRetry: soon, wantBlocker: "b"},
+		"an expired hold defers nothing": {
+			in: AdmissionInput{TargetReady: true, Leases: []*leases.Record{lease(leases.KindFailoverHold, "a", leases.StateActive, t0.Add(-time.Nanosecond))}}, want: Admitted},
+		"a hold at exactly its expiry still defers": {
+			in:   AdmissionInput{TargetReady: true, Leases: []*leases.Record{lease(leases.KindFailoverHold, "a", leases.StateActive, t0)}},
+			want: DeferForHold, wantRetry: t0, wantBlocker: "a"},
+		"released and revoked holds defer nothing": {
+			in: AdmissionInput{TargetReady: true, Leases: []*leases.Record{
+				lease(leases.KindFailoverHold, "a", leases.StateReleased, later), lease(leases.KindFailoverHold, "b", leases.StateRevoked, later)}}, want: Admitted},
+		"an unready target waits": {in: AdmissionInput{TargetReady: false, TargetReason: "target site pdx is unreachable"}, want: WaitForTarget},
+		"a hold is reported before an unready target": {
+			in:   AdmissionInput{TargetReady: false, Leases: []*leases.Record{lease(leases.KindFailoverHold, "a", leases.StateActive, later)}},
+			want: DeferForHold, wantRetry: later, wantBlocker: "a"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tc.in.Now = t0
+			got := Admit(tc.in)
+			if got.Verdict != tc.want || !got.RetryTime.Equal(tc.wantRetry) {
+				t.Fatalf("got %+v, want verdict %d retry %v", got, tc.want, tc.wantRetry)
+			}
+			if tc.wantBlocker != "" {
+				if got.Blocker.OperationID != tc.wantBlocker || !strings.Contains(got.Message, "operation "+tc.wantBlocker) || !strings.Contains(got.Message, "instance counter-app") {
+					t.Fatalf("blocker %+v message %q", got.Blocker, got.Message)
+				}
+			}
+		})
+	}
+}
+
+func sites(states ...topology.SiteState) []topology.SiteState { return states }
+
+var (
+	primary = func(n string) topology.SiteState { return topology.SiteState{Name: n, Reachable: true, Writable: true} }
+	replica = func(n string, lag float64) topology.SiteState {
+		return topology.SiteState{Name: n, Reachable: true, ReplicationRunning: true, LagSeconds: lag}
+	}
+	down = func(n string) topology.SiteState { return topology.SiteState{Name: n} }
+)
+
+func TestDecideTopology(t *testing.T) {
+	lost := func(ago time.Duration) *metav1.Time { m := metav1.NewTime(t0.Add(-ago)); return &m }
+	budget := 30 * time.Second
+	tests := map[string]struct {
+		in       TopologyInput
+		want     TopologyAction
+		wantSite string
+	}{
+		"healthy":                              {in: TopologyInput{ActiveSite: "iad", Sites: sites(primary("iad"), replica("pdx", 0))}, want: ActionNone},
+		"transition in flight":                 {in: TopologyInput{ActiveSite: "iad", Transition: true, Sites: sites(down("iad"), replica("pdx", 0))}, want: ActionResume},
+		"bootstrap one writable site":          {in: TopologyInput{Sites: sites(primary("iad"), replica("pdx", 0))}, want: ActionBootstrap, wantSite: "iad"},
+		"no bootstrap without a writable site": {in: TopologyInput{Sites: sites(down("iad"), down("pdx"))}, want: ActionNone},
+		"no bootstrap with two writable sites": {in: TopologyInput{Sites: sites(primary("iad"), primary("pdx"))}, want: ActionNone},
+		"a returning old primary is fenced first": {
+			in: TopologyInput{ActiveSite: "pdx", Sites: sites(primary("iad"), primary("pdx"))}, want: ActionFence, wantSite: "iad"},
+		"fencing comes before a lost-primary check": {
+			in: TopologyInput{ActiveSite: "pdx", Sites: sites(primary("iad"), down("pdx"))}, want: ActionFence, wantSite: "iad"},
+		"primary lost: mark the time": {in: TopologyInput{ActiveSite: "iad", Budget: budget, Sites: sites(down("iad"), replica("pdx", 0))}, want: ActionMarkLost},
+		"primary lost within the budget: wait": {
+			in: TopologyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(29 * time.Second), Sites: sites(down("iad"), replica("pdx", 0))}, want: ActionNone},
+		"primary lost for the budget: promote": {
+			in: TopologyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(30 * time.Second), Sites: sites(down("iad"), replica("pdx", 0))}, want: ActionEmergencyPromote, wantSite: "pdx"},
+		"emergency picks the least lag": {
+			in: TopologyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(time.Minute), Sites: sites(down("iad"), replica("pdx", 5), replica("sfo", 1))}, want: ActionEmergencyPromote, wantSite: "sfo"},
+		"emergency prefers a replicating site": {
+			in: TopologyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(time.Minute),
+				Sites: sites(down("iad"), topology.SiteState{Name: "pdx", Reachable: true}, replica("sfo", 9))}, want: ActionEmergencyPromote, wantSite: "sfo"},
+		"emergency without a candidate waits": {
+			in: TopologyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(time.Minute), Sites: sites(down("iad"), down("pdx"))}, want: ActionNone},
+		"primary back: clear the mark": {
+			in: TopologyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(time.Second), Sites: sites(primary("iad"), replica("pdx", 0))}, want: ActionClearLost},
+		"read-only primary is reasserted": {
+			in: TopologyInput{ActiveSite: "iad", Sites: sites(replica("iad", 0), replica("pdx", 0))}, want: ActionReassert, wantSite: "iad"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tc.in.Now = t0
+			got := DecideTopology(tc.in)
+			if got.Action != tc.want || got.Site != tc.wantSite {
+				t.Fatalf("got %+v, want action %d site %q", got, tc.want, tc.wantSite)
+			}
+		})
+	}
+}
+
+func TestObserve(t *testing.T) {
+	cond := func(cs []ConditionValue, typ string) bool {
+		for _, c := range cs {
+			if c.Type == typ {
+				return c.True
+			}
+		}
+		t.Fatalf("no %s condition", typ)
+		return false
+	}
+	tests := map[string]struct {
+		active                                    string
+		sites                                     []topology.SiteState
+		ready, degraded, split, noPrimary, replOK bool
+		lag                                       float64
+	}{
+		"healthy":                 {active: "iad", sites: sites(primary("iad"), replica("pdx", 0.4)), ready: true, replOK: true, lag: 0.4},
+		"replica down":            {active: "iad", sites: sites(primary("iad"), down("pdx")), ready: true, degraded: true},
+		"replica not replicating": {active: "iad", sites: sites(primary("iad"), topology.SiteState{Name: "pdx", Reachable: true}), ready: true, degraded: true},
+		"primary down":            {active: "iad", sites: sites(down("iad"), replica("pdx", 0)), degraded: true, noPrimary: true},
+		"split brain":             {active: "iad", sites: sites(primary("iad"), primary("pdx")), split: true, degraded: true},
+		"not bootstrapped":        {active: "", sites: sites(down("iad"), down("pdx")), degraded: true, noPrimary: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h, cs := Observe(tc.active, tc.sites)
+			if h.Ready != tc.ready || cond(cs, "Ready") != tc.ready || cond(cs, "Degraded") != tc.degraded ||
+				cond(cs, "SplitBrain") != tc.split || cond(cs, "NoPrimary") != tc.noPrimary || h.ReplicationLagSeconds != tc.lag {
+				t.Fatalf("health %+v conditions %+v", h, cs)
+			}
+			if tc.replOK != h.ReplicationRunning {
+				t.Fatalf("replicationRunning = %v, want %v", h.ReplicationRunning, tc.replOK)
+			}
+		})
+	}
+}

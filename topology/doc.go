@@ -1,0 +1,85 @@
+// Package topology is what the group controller needs from the data plane:
+// probe the sites, promote one, fence one, and the data-plane steps of an
+// ordered update and a restore-in-place. The controller decides (package
+// policy); a Driver only acts and reports.
+//
+// Guarantees a Driver must give: Probe has no side effects; Promote, Fence,
+// UpdateSite and RestoreSite are idempotent (the controller repeats a step
+// after a crash or a conflict); Promote(site, generation) leaves site
+// writable and every other reachable site read-only and replicating from it,
+// and records the generation where the data plane can check it.
+//
+// Not guaranteed by this package: that a site reported unreachable is dead.
+// The controller waits the group's detection budget before an emergency
+// promotion, and fences a returning old primary before anything else.
+//
+// Package memory is a simulated driver for tests and for the playground
+// until the MySQL driver lands; it moves no data.
+package topology
+
+import (
+	"context"
+	"errors"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+)
+
+// SiteState is one site as probed.
+type SiteState struct {
+	Name               string
+	Reachable          bool
+	Writable           bool
+	ReplicationRunning bool
+	LagSeconds         float64
+}
+
+// Driver acts on a group's data plane.
+type Driver interface {
+	// Probe observes every site of g, in spec order.
+	Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]SiteState, error)
+	// Promote makes site the writable primary of g under generation. planned
+	// asks for a graceful switchover (fence the old primary, wait until the
+	// target has applied everything) rather than an emergency promotion.
+	Promote(ctx context.Context, g *v1.MysqlFailoverGroup, site string, generation int64, planned bool) error
+	// Fence makes site read-only.
+	Fence(ctx context.Context, g *v1.MysqlFailoverGroup, site string) error
+	// UpdateSite applies revision to site (ordered update).
+	UpdateSite(ctx context.Context, g *v1.MysqlFailoverGroup, site, revision string) error
+	// RestoreSite restores site's data in place for request id.
+	RestoreSite(ctx context.Context, g *v1.MysqlFailoverGroup, site, id string) error
+}
+
+// ErrNoDriver is returned by the stand-in used when no driver is configured.
+var ErrNoDriver = errors.New("no topology driver configured")
+
+// None is the driver of an operator started without one: every probe says
+// every site is unreachable, so the group honestly reports NoPrimary, and
+// every action fails with ErrNoDriver. It never pretends a failover happened.
+type None struct{}
+
+// Probe reports every site unreachable.
+func (None) Probe(_ context.Context, g *v1.MysqlFailoverGroup) ([]SiteState, error) {
+	out := make([]SiteState, 0, len(g.Spec.Sites))
+	for _, s := range g.Spec.Sites {
+		out = append(out, SiteState{Name: s.Name})
+	}
+	return out, nil
+}
+
+// Promote fails.
+func (None) Promote(context.Context, *v1.MysqlFailoverGroup, string, int64, bool) error {
+	return ErrNoDriver
+}
+
+// Fence fails.
+func (None) Fence(context.Context, *v1.MysqlFailoverGroup, string) error { return ErrNoDriver }
+
+// UpdateSite fails.
+func (None) UpdateSite(context.Context, *v1.MysqlFailoverGroup, string, string) error {
+	return ErrNoDriver
+}
+
+// RestoreSite fails.
+func (None) RestoreSite(context.Context, *v1.MysqlFailoverGroup, string, string) error {
+	return ErrNoDriver
+}

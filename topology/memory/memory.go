@@ -1,0 +1,152 @@
+// Package memory is a simulated topology driver: sites are records in
+// memory, promotion flips flags. It is for tests and demonstrations only and
+// moves no data. Tests steer it with Kill, Revive and SetLag.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/topology"
+)
+
+type site struct {
+	reachable, writable, replicating bool
+	lag                              float64
+	revision, restoredID             string
+	generation                       int64
+}
+
+// Driver is a simulated data plane keyed by namespace/group/site.
+type Driver struct {
+	mu    sync.Mutex
+	sites map[string]*site
+	// Calls records every action, for assertions ("promote iad 2").
+	Calls []string
+}
+
+var _ topology.Driver = (*Driver)(nil)
+
+// New returns an empty simulated data plane.
+func New() *Driver { return &Driver{sites: map[string]*site{}} }
+
+func key(g *v1.MysqlFailoverGroup, s string) string { return g.Namespace + "/" + g.Name + "/" + s }
+
+// Seed declares g's sites: primary writable, the others replicating from it.
+func (d *Driver) Seed(g *v1.MysqlFailoverGroup, primary string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range g.Spec.Sites {
+		d.sites[key(g, s.Name)] = &site{reachable: true, writable: s.Name == primary, replicating: s.Name != primary}
+	}
+}
+
+func (d *Driver) with(g *v1.MysqlFailoverGroup, name string, f func(*site)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s, ok := d.sites[key(g, name)]; ok {
+		f(s)
+	}
+}
+
+// Kill makes a site unreachable (its flags are kept, as a crashed server's
+// configuration would be).
+func (d *Driver) Kill(g *v1.MysqlFailoverGroup, name string) {
+	d.with(g, name, func(s *site) { s.reachable = false })
+}
+
+// Revive makes a site reachable again, as it was when killed.
+func (d *Driver) Revive(g *v1.MysqlFailoverGroup, name string) {
+	d.with(g, name, func(s *site) { s.reachable = true })
+}
+
+// SetLag sets a site's replication lag.
+func (d *Driver) SetLag(g *v1.MysqlFailoverGroup, name string, lag float64) {
+	d.with(g, name, func(s *site) { s.lag = lag })
+}
+
+// Probe reports the simulated sites.
+func (d *Driver) Probe(_ context.Context, g *v1.MysqlFailoverGroup) ([]topology.SiteState, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]topology.SiteState, 0, len(g.Spec.Sites))
+	for _, sp := range g.Spec.Sites {
+		st := topology.SiteState{Name: sp.Name}
+		if s, ok := d.sites[key(g, sp.Name)]; ok && s.reachable {
+			st.Reachable, st.Writable, st.ReplicationRunning, st.LagSeconds = true, s.writable, s.replicating, s.lag
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// Promote makes target writable and every other reachable site a replica.
+func (d *Driver) Promote(_ context.Context, g *v1.MysqlFailoverGroup, target string, generation int64, planned bool) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t, ok := d.sites[key(g, target)]
+	if !ok || !t.reachable {
+		return fmt.Errorf("promote %s: site unreachable", target)
+	}
+	for _, sp := range g.Spec.Sites {
+		s, ok := d.sites[key(g, sp.Name)]
+		if !ok || !s.reachable || sp.Name == target {
+			continue
+		}
+		s.writable, s.replicating = false, true
+	}
+	t.writable, t.replicating, t.lag, t.generation = true, false, 0, generation
+	d.Calls = append(d.Calls, fmt.Sprintf("promote %s %d planned=%v", target, generation, planned))
+	return nil
+}
+
+// Fence makes a site read-only.
+func (d *Driver) Fence(_ context.Context, g *v1.MysqlFailoverGroup, name string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.sites[key(g, name)]
+	if !ok || !s.reachable {
+		return fmt.Errorf("fence %s: site unreachable", name)
+	}
+	s.writable = false
+	d.Calls = append(d.Calls, "fence "+name)
+	return nil
+}
+
+// UpdateSite records the revision.
+func (d *Driver) UpdateSite(_ context.Context, g *v1.MysqlFailoverGroup, name, revision string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.sites[key(g, name)]
+	if !ok || !s.reachable {
+		return fmt.Errorf("update %s: site unreachable", name)
+	}
+	s.revision = revision
+	d.Calls = append(d.Calls, "update "+name+" "+revision)
+	return nil
+}
+
+// RestoreSite records the restore.
+func (d *Driver) RestoreSite(_ context.Context, g *v1.MysqlFailoverGroup, name, id string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.sites[key(g, name)]
+	if !ok || !s.reachable {
+		return fmt.Errorf("restore %s: site unreachable", name)
+	}
+	s.restoredID = id
+	d.Calls = append(d.Calls, "restore "+name+" "+id)
+	return nil
+}
+
+// Generation is the generation last written to a site by Promote.
+func (d *Driver) Generation(g *v1.MysqlFailoverGroup, name string) int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s, ok := d.sites[key(g, name)]; ok {
+		return s.generation
+	}
+	return 0
+}
