@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
@@ -210,6 +211,17 @@ func (s *Server) grant(r *request) (int, any, error) {
 			if err != nil {
 				return 0, nil, err
 			}
+			if kind == leases.KindFailoverHold && d.Outcome != policy.OutcomeRegrant {
+				// The controller writes its reservation, then reads holds; we
+				// wrote the hold, now read the reservation. Of the two, at
+				// least one sees the other: if we see it, we withdraw.
+				if unstable, err := s.withdrawIfReserved(r, g, rec); err != nil || unstable {
+					if err == nil {
+						err = errUnstable()
+					}
+					return 0, nil, err
+				}
+			}
 			status := http.StatusCreated
 			if d.Outcome == policy.OutcomeRegrant {
 				status = http.StatusOK
@@ -245,6 +257,35 @@ func (s *Server) grant(r *request) (int, any, error) {
 		}
 	}
 	return 0, nil, errContended
+}
+
+// withdrawIfReserved re-reads the group after a new failover-hold was written;
+// when a reservation or transition appeared meanwhile, it releases the hold
+// and reports true.
+func (s *Server) withdrawIfReserved(r *request, g *v1.MysqlFailoverGroup, rec *leases.Record) (bool, error) {
+	fresh := &v1.MysqlFailoverGroup{}
+	if err := s.api.Get(r.ctx, client.ObjectKeyFromObject(g), fresh); err != nil {
+		return false, fmt.Errorf("re-read group after hold grant: %w", err)
+	}
+	if fresh.Status.Reservation == nil && fresh.Status.Transition == nil {
+		return false, nil
+	}
+	name := leases.HoldName(g.Name, rec.OperationID)
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		o, err := s.leases.Get(r.ctx, g.Namespace, name, true)
+		if err != nil {
+			return true, err
+		}
+		if o == nil || o.Record.TokenHash != rec.TokenHash || o.Record.State != leases.StateActive {
+			return true, nil
+		}
+		next := *o.Record
+		next.State = leases.StateReleased
+		if _, err := s.leases.Update(r.ctx, o, &next); err == nil || !apierrors.IsConflict(err) {
+			return true, err
+		}
+	}
+	return true, errContended
 }
 
 func recordOf(o *leases.Object) *leases.Record {

@@ -200,8 +200,22 @@ func (s *Store) markRevoked(ctx context.Context, obj *Object, operationID, reaso
 // List returns the group's deployment lease records (not tombstones), from
 // the cache when there is one, sorted by kind then operation.
 func (s *Store) List(ctx context.Context, namespace, group string) ([]*Record, error) {
+	objs, err := s.ListObjects(ctx, namespace, group, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Record, len(objs))
+	for i, o := range objs {
+		out[i] = o.Record
+	}
+	return out, nil
+}
+
+// ListObjects returns the group's deployment Leases (not tombstones), sorted
+// by kind then operation; fresh reads from the API server.
+func (s *Store) ListObjects(ctx context.Context, namespace, group string, fresh bool) ([]*Object, error) {
 	r := s.Cached
-	if r == nil {
+	if fresh || r == nil {
 		r = s.API
 	}
 	var list coordinationv1.LeaseList
@@ -211,19 +225,20 @@ func (s *Store) List(ctx context.Context, namespace, group string) ([]*Record, e
 	if err := r.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return nil, fmt.Errorf("list leases of %s/%s: %w", namespace, group, err)
 	}
-	out := make([]*Record, 0, len(list.Items))
+	out := make([]*Object, 0, len(list.Items))
 	for i := range list.Items {
 		rec, err := Decode(&list.Items[i])
 		if err != nil || rec.Group != group {
-			continue // not ours to report; the controller surfaces corrupt records
+			continue // not ours to report
 		}
-		out = append(out, rec)
+		out = append(out, &Object{Lease: &list.Items[i], Record: rec})
 	}
 	sort.Slice(out, func(i, j int) bool {
-		if out[i].Kind != out[j].Kind {
-			return out[i].Kind == KindMigration
+		a, b := out[i].Record, out[j].Record
+		if a.Kind != b.Kind {
+			return a.Kind == KindMigration
 		}
-		return out[i].OperationID < out[j].OperationID
+		return a.OperationID < b.OperationID
 	})
 	return out, nil
 }

@@ -21,6 +21,10 @@ type site struct {
 
 // Driver is a simulated data plane keyed by namespace/group/site.
 type Driver struct {
+	// AutoSeed seeds a group on its first probe, its first site the primary
+	// (the playground's simulated sites).
+	AutoSeed bool
+
 	mu    sync.Mutex
 	sites map[string]*site
 	// Calls records every action, for assertions ("promote iad 2").
@@ -71,6 +75,14 @@ func (d *Driver) SetLag(g *v1.MysqlFailoverGroup, name string, lag float64) {
 func (d *Driver) Probe(_ context.Context, g *v1.MysqlFailoverGroup) ([]topology.SiteState, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.AutoSeed && len(g.Spec.Sites) > 0 {
+		for i, sp := range g.Spec.Sites {
+			if _, ok := d.sites[key(g, sp.Name)]; !ok {
+				w := i == 0 && !d.anyWritable(g)
+				d.sites[key(g, sp.Name)] = &site{reachable: true, writable: w, replicating: !w}
+			}
+		}
+	}
 	out := make([]topology.SiteState, 0, len(g.Spec.Sites))
 	for _, sp := range g.Spec.Sites {
 		st := topology.SiteState{Name: sp.Name}
@@ -80,6 +92,15 @@ func (d *Driver) Probe(_ context.Context, g *v1.MysqlFailoverGroup) ([]topology.
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+func (d *Driver) anyWritable(g *v1.MysqlFailoverGroup) bool {
+	for _, sp := range g.Spec.Sites {
+		if s, ok := d.sites[key(g, sp.Name)]; ok && s.writable {
+			return true
+		}
+	}
+	return false
 }
 
 // Promote makes target writable and every other reachable site a replica.

@@ -1,0 +1,34 @@
+package controllers
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
+)
+
+// eventKind is one kind of Event on a MysqlFailoverGroup.
+type eventKind struct {
+	Type    string
+	Reason  string
+	Message string // fmt format
+}
+
+// The Events this controller emits, declared once.
+var (
+	EventDeploymentLeaseRevoked  = eventKind{corev1.EventTypeWarning, "DeploymentLeaseRevoked", "revoked deployment leases: reason %s, topologyGeneration %d, operations %v"}
+	EventPlannedFailoverDeferred = eventKind{corev1.EventTypeNormal, "PlannedFailoverDeferred", "%s %s deferred until %s: %s"}
+	EventBootstrapped            = eventKind{corev1.EventTypeNormal, "Bootstrapped", "site %s is the first confirmed primary (topologyGeneration %d)"}
+	EventPromoted                = eventKind{corev1.EventTypeNormal, "Promoted", "%s promoted site %s (topologyGeneration %d)"}
+	EventEmergencyFailover       = eventKind{corev1.EventTypeWarning, "EmergencyFailover", "active site %s unreachable for %s: promoting %s"}
+	EventSiteFenced              = eventKind{corev1.EventTypeWarning, "SiteFenced", "fenced site %s (made read-only): %s"}
+	EventOperationCompleted      = eventKind{corev1.EventTypeNormal, "OperationCompleted", "%s %s completed"}
+)
+
+func (e eventKind) emit(r record.EventRecorder, obj runtime.Object, args ...any) {
+	if r == nil {
+		return
+	}
+	r.Event(obj, e.Type, e.Reason, fmt.Sprintf(e.Message, args...))
+}

@@ -1,0 +1,236 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/policy"
+	"github.com/shipstream/bloodraven/topology"
+)
+
+// Finalizer lets the controller delete the group's deployment leases and
+// tombstones itself, also where no garbage collector runs.
+const Finalizer = "bloodraven.shipstream.io/deployment-leases"
+
+// DefaultProbeInterval is how often a quiet group is probed again.
+const DefaultProbeInterval = 10 * time.Second
+
+// GroupReconciler reconciles MysqlFailoverGroups.
+type GroupReconciler struct {
+	// Client writes; API reads fresh (uncached) from the API server.
+	Client client.Client
+	API    client.Reader
+	Leases *leases.Store
+	// Driver acts on the data plane; nil means topology.None.
+	Driver        topology.Driver
+	Clock         clock.PassiveClock
+	Recorder      record.EventRecorder
+	Metrics       *Metrics
+	ProbeInterval time.Duration
+}
+
+// step is the outcome of one part of a reconcile: when to look again.
+type step struct {
+	requeueAfter time.Duration
+}
+
+func (s *step) after(d time.Duration) {
+	if d > 0 && (s.requeueAfter == 0 || d < s.requeueAfter) {
+		s.requeueAfter = d
+	}
+}
+
+func (r *GroupReconciler) driver() topology.Driver {
+	if r.Driver == nil {
+		return topology.None{}
+	}
+	return r.Driver
+}
+
+// Reconcile brings one group a step closer to its desired state.
+func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	g := &v1.MysqlFailoverGroup{}
+	if err := r.API.Get(ctx, req.NamespacedName, g); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !g.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, g)
+	}
+	if !controllerutil.ContainsFinalizer(g, Finalizer) {
+		controllerutil.AddFinalizer(g, Finalizer)
+		if err := r.Client.Update(ctx, g); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
+		}
+	}
+	persisted := g.Status.DeepCopy()
+	var st step
+	st.after(r.probeInterval())
+
+	if err := r.reconcileRevocations(ctx, g); err != nil {
+		return ctrl.Result{}, err
+	}
+	sites, err := r.driver().Probe(ctx, g)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("probe: %w", err)
+	}
+	done, err := r.reconcileTopology(ctx, g, sites, &st)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if done { // the data plane changed: probe again before anything else
+		return ctrl.Result{Requeue: true}, nil
+	}
+	for _, op := range []func(context.Context, *v1.MysqlFailoverGroup, []topology.SiteState, *step) error{
+		r.reconcilePlannedFailover, r.reconcileOrderedUpdate, r.reconcileRestoreInPlace,
+	} {
+		if err := op(ctx, g, sites, &st); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if sites, err = r.driver().Probe(ctx, g); err != nil {
+		return ctrl.Result{}, fmt.Errorf("probe: %w", err)
+	}
+	r.observe(g, sites)
+	if !equality.Semantic.DeepEqual(persisted, &g.Status) {
+		if err := r.writeStatus(ctx, g); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{RequeueAfter: st.requeueAfter}, nil
+}
+
+func (r *GroupReconciler) probeInterval() time.Duration {
+	if r.ProbeInterval > 0 {
+		return r.ProbeInterval
+	}
+	return DefaultProbeInterval
+}
+
+// writeStatus persists g.Status with g's resourceVersion; a Conflict means
+// someone else wrote first and the reconcile is retried from fresh state.
+func (r *GroupReconciler) writeStatus(ctx context.Context, g *v1.MysqlFailoverGroup) error {
+	g.Status.ObservedGeneration = g.Generation
+	if err := r.Client.Status().Update(ctx, g); err != nil {
+		return fmt.Errorf("write status: %w", err)
+	}
+	return nil
+}
+
+func (r *GroupReconciler) now() metav1.Time { return metav1.NewTime(r.Clock.Now()) }
+
+// observe writes health and conditions from a probe.
+func (r *GroupReconciler) observe(g *v1.MysqlFailoverGroup, sites []topology.SiteState) {
+	h, conds := policy.Observe(g.Status.ActiveSite, sites)
+	g.Status.Health = h
+	now := r.now()
+	for _, c := range conds {
+		setCondition(g, c.Type, c.True, c.Reason, c.Message, now)
+	}
+	held := g.Status.PlannedFailover != nil && g.Status.PlannedFailover.Phase == v1.PlannedFailoverPhasePromoting
+	setCondition(g, v1.ConditionAutomaticFailoverHeld, held, map[bool]string{true: "PlannedFailoverPromoting", false: "NoPlannedFailover"}[held], "", now)
+}
+
+func setCondition(g *v1.MysqlFailoverGroup, typ string, val bool, reason, msg string, now metav1.Time) {
+	status := metav1.ConditionFalse
+	if val {
+		status = metav1.ConditionTrue
+	}
+	c := metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: g.Generation, LastTransitionTime: now}
+	if old := meta.FindStatusCondition(g.Status.Conditions, typ); old != nil && old.Status == status {
+		c.LastTransitionTime = old.LastTransitionTime
+	}
+	meta.SetStatusCondition(&g.Status.Conditions, c)
+}
+
+// finalize deletes every deployment Lease and tombstone of the group, then
+// releases the finalizer.
+func (r *GroupReconciler) finalize(ctx context.Context, g *v1.MysqlFailoverGroup) error {
+	if !controllerutil.ContainsFinalizer(g, Finalizer) {
+		return nil
+	}
+	var list coordinationv1.LeaseList
+	if err := r.API.List(ctx, &list, client.InNamespace(g.Namespace), client.MatchingLabels{
+		leases.LabelDeployLease: "true", leases.LabelGroup: leases.GroupLabelValue(g.Name)}); err != nil {
+		return fmt.Errorf("list leases of deleted group: %w", err)
+	}
+	for i := range list.Items {
+		l := &list.Items[i]
+		if rec, err := leases.Decode(l); err == nil && rec.Group != g.Name {
+			continue
+		}
+		if err := r.Client.Delete(ctx, l); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete lease %s: %w", l.Name, err)
+		}
+	}
+	controllerutil.RemoveFinalizer(g, Finalizer)
+	if err := r.Client.Update(ctx, g); err != nil {
+		return fmt.Errorf("remove finalizer: %w", err)
+	}
+	return nil
+}
+
+// SetupWithManager registers the controller: groups, and the deployment
+// Leases they own, filtered to changes that matter to admission.
+func (r *GroupReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1.MysqlFailoverGroup{}).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(leaseOwner),
+			builder.WithPredicates(leaseDecisionChanged())).
+		Complete(r)
+}
+
+// leaseOwner maps a deployment Lease to its group.
+func leaseOwner(_ context.Context, obj client.Object) []reconcile.Request {
+	for _, o := range obj.GetOwnerReferences() {
+		if o.Kind == "MysqlFailoverGroup" && o.APIVersion == v1.GroupVersion.String() {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: o.Name}}}
+		}
+	}
+	return nil
+}
+
+// leaseDecisionChanged passes Lease events that can change an admission
+// decision: creation, deletion, and updates that move expiresAt or state.
+// A renewal of a failover-hold moves expiresAt (and so retryTime); a
+// renewal of the migration mutex does too, which costs a cheap reconcile.
+// Updates that change nothing the controller decides on are dropped.
+func leaseDecisionChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			oldL, ok1 := e.ObjectOld.(*coordinationv1.Lease)
+			newL, ok2 := e.ObjectNew.(*coordinationv1.Lease)
+			if !ok1 || !ok2 {
+				return false
+			}
+			o, err1 := leases.Decode(oldL)
+			n, err2 := leases.Decode(newL)
+			if err1 != nil || err2 != nil {
+				return err1 == nil || err2 == nil
+			}
+			return !o.ExpiresAt.Equal(n.ExpiresAt) || o.State != n.State || o.Generation != n.Generation
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+
+func metavTime(t time.Time) metav1.Time { return metav1.NewTime(t) }
