@@ -232,5 +232,4 @@ func leaseDecisionChanged() predicate.Predicate {
 	}
 }
 
-
 func metavTime(t time.Time) metav1.Time { return metav1.NewTime(t) }

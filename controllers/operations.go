@@ -32,7 +32,7 @@ type gated struct {
 	op, id, target string
 	// deferred records a deferral in status; entering is true when the
 	// operation was not deferred before.
-	deferred func(adm policy.Admission)
+	deferred    func(adm policy.Admission)
 	wasDeferred bool
 	// waiting records why the operation cannot be admitted yet.
 	waiting func(msg string)
@@ -109,62 +109,64 @@ func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *v1.My
 	if req == nil {
 		return nil
 	}
-	ps := g.Status.PlannedFailover
-	if ps == nil || ps.ID != req.ID {
-		ps = &v1.PlannedFailoverStatus{ID: req.ID, TargetSite: req.TargetSite, Phase: v1.PlannedFailoverPhaseAdmitting}
-		g.Status.PlannedFailover = ps
+	// Always through g: a status write replaces g.Status with the server's copy.
+	pf := func() *v1.PlannedFailoverStatus { return g.Status.PlannedFailover }
+	if pf() == nil || pf().ID != req.ID {
+		g.Status.PlannedFailover = &v1.PlannedFailoverStatus{ID: req.ID, TargetSite: req.TargetSite, Phase: v1.PlannedFailoverPhaseAdmitting}
 	}
-	switch ps.Phase {
+	target := pf().TargetSite
+	switch pf().Phase {
 	case v1.PlannedFailoverPhaseCompleted, v1.PlannedFailoverPhaseFailed:
 		return nil
 	case v1.PlannedFailoverPhasePromoting:
-		if g.Status.ActiveSite != ps.TargetSite || g.Status.Transition != nil {
-			if err := r.promote(ctx, g, OpPlannedFailover, ps.TargetSite); err != nil {
+		if g.Status.ActiveSite != target || g.Status.Transition != nil {
+			if err := r.promote(ctx, g, OpPlannedFailover, target); err != nil {
 				return err
 			}
 		}
-		return r.completePlanned(ctx, g, ps, "Promoted")
+		return r.completePlanned(ctx, g, "Promoted")
 	}
 	if g.Status.ActiveSite == "" {
-		ps.Phase, ps.Reason = v1.PlannedFailoverPhaseAdmitting, "NotBootstrapped"
+		pf().Phase, pf().Reason = v1.PlannedFailoverPhaseAdmitting, "NotBootstrapped"
 		st.after(waitRetry)
 		return nil
 	}
-	if ps.TargetSite == g.Status.ActiveSite && g.Status.Reservation == nil {
-		return r.completePlanned(ctx, g, ps, "AlreadyActive")
+	if target == g.Status.ActiveSite && g.Status.Reservation == nil {
+		return r.completePlanned(ctx, g, "AlreadyActive")
 	}
 	ok, err := r.gate(ctx, g, sites, st, gated{
-		op: OpPlannedFailover, id: ps.ID, target: ps.TargetSite,
-		wasDeferred: ps.Phase == v1.PlannedFailoverPhaseDeferred,
+		op: OpPlannedFailover, id: req.ID, target: target,
+		wasDeferred: pf().Phase == v1.PlannedFailoverPhaseDeferred,
 		deferred: func(adm policy.Admission) {
 			rt := metavTime(adm.RetryTime)
-			ps.Phase, ps.Reason = v1.PlannedFailoverPhaseDeferred, v1.DeferReasonDeploymentHold
-			ps.Admission = &v1.Admission{DeferReason: v1.DeferReasonDeploymentHold, RetryTime: &rt, Message: adm.Message}
+			pf().Phase, pf().Reason = v1.PlannedFailoverPhaseDeferred, v1.DeferReasonDeploymentHold
+			pf().Admission = &v1.Admission{DeferReason: v1.DeferReasonDeploymentHold, RetryTime: &rt, Message: adm.Message}
 		},
 		waiting: func(msg string) {
-			ps.Phase, ps.Reason = v1.PlannedFailoverPhaseAdmitting, "Waiting"
-			ps.Admission = &v1.Admission{Message: msg}
+			pf().Phase, pf().Reason = v1.PlannedFailoverPhaseAdmitting, "Waiting"
+			pf().Admission = &v1.Admission{Message: msg}
 		},
 	})
 	if err != nil || !ok {
 		return err
 	}
-	ps.Phase, ps.Reason, ps.Admission = v1.PlannedFailoverPhasePromoting, "", nil
-	setCondition(g, v1.ConditionAutomaticFailoverHeld, true, "PlannedFailoverPromoting", "planned failover "+ps.ID+" is moving the primary", r.now())
-	if err := r.promote(ctx, g, OpPlannedFailover, ps.TargetSite); err != nil {
+	pf().Phase, pf().Reason, pf().Admission = v1.PlannedFailoverPhasePromoting, "", nil
+	setCondition(g, v1.ConditionAutomaticFailoverHeld, true, "PlannedFailoverPromoting", "planned failover "+req.ID+" is moving the primary", r.now())
+	if err := r.promote(ctx, g, OpPlannedFailover, target); err != nil {
 		return err
 	}
-	return r.completePlanned(ctx, g, ps, "Promoted")
+	return r.completePlanned(ctx, g, "Promoted")
 }
 
-func (r *GroupReconciler) completePlanned(ctx context.Context, g *v1.MysqlFailoverGroup, ps *v1.PlannedFailoverStatus, reason string) error {
-	ps.Phase, ps.Reason, ps.Admission = v1.PlannedFailoverPhaseCompleted, reason, nil
+func (r *GroupReconciler) completePlanned(ctx context.Context, g *v1.MysqlFailoverGroup, reason string) error {
+	pf := g.Status.PlannedFailover
+	pf.Phase, pf.Reason, pf.Admission = v1.PlannedFailoverPhaseCompleted, reason, nil
 	r.releaseReservation(g, OpPlannedFailover)
 	setCondition(g, v1.ConditionAutomaticFailoverHeld, false, "NoPlannedFailover", "", r.now())
 	if err := r.writeStatus(ctx, g); err != nil {
 		return err
 	}
-	EventOperationCompleted.emit(r.Recorder, g, OpPlannedFailover, ps.ID)
+	EventOperationCompleted.emit(r.Recorder, g, OpPlannedFailover, pf.ID)
 	return nil
 }
 

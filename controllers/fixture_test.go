@@ -1,0 +1,223 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"bytes"
+	"encoding/json"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/deployapi"
+	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/testenv"
+	"github.com/shipstream/bloodraven/topology/memory"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, &env)) }
+
+// fixture: one group with a simulated data plane, the controller, and the
+// deployment API, all on one fake clock, against the real API server.
+type fixture struct {
+	t       *testing.T
+	ctx     context.Context
+	ns      string
+	group   *v1.MysqlFailoverGroup
+	clock   *clocktesting.FakeClock
+	driver  *memory.Driver
+	rec     *GroupReconciler
+	api     *deployapi.Server
+	token   string
+	reg     *prometheus.Registry
+	metrics *Metrics
+}
+
+func newFixture(t *testing.T, withDriver bool) *fixture {
+	t.Helper()
+	f := &fixture{t: t, ctx: context.Background(), clock: clocktesting.NewFakeClock(time.Now().UTC().Truncate(time.Second)), reg: prometheus.NewRegistry()}
+	f.ns = env.Namespace(t)
+	f.group = &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "playground", Namespace: f.ns},
+		Spec: v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}, {Name: "pdx"}}, FailureDetectionSeconds: 30}}
+	if err := env.Client.Create(f.ctx, f.group); err != nil {
+		t.Fatal(err)
+	}
+	db := &v1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Name: "counter-app", Namespace: f.ns},
+		Spec: v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: "playground"}, DatabaseName: "counter",
+			DeploymentClients: []v1.DeploymentClient{{Namespace: f.ns, ServiceAccount: "deploy"}}}}
+	if err := env.Client.Create(f.ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(f.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "deploy", Namespace: f.ns}}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := env.Kube.CoreV1().ServiceAccounts(f.ns).CreateToken(f.ctx, "deploy", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"bloodraven-deploy"}, ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.token = tr.Status.Token
+
+	store := &leases.Store{Client: env.Client, API: env.Client, Clock: f.clock}
+	if f.metrics, err = NewMetrics(f.reg); err != nil {
+		t.Fatal(err)
+	}
+	bc := record.NewBroadcaster()
+	bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: env.Kube.CoreV1().Events("")})
+	t.Cleanup(bc.Shutdown)
+	f.rec = &GroupReconciler{Client: env.Client, API: env.Client, Leases: store, Clock: f.clock,
+		Recorder: bc.NewRecorder(env.Scheme, corev1.EventSource{Component: "bloodraven"}), Metrics: f.metrics,
+		ProbeInterval: time.Hour} // timers under test, not the periodic probe, set the requeue
+	if withDriver {
+		f.driver = memory.New()
+		f.driver.Seed(f.group, "iad")
+		f.rec.Driver = f.driver
+	}
+	f.api, err = deployapi.New(deployapi.Config{IsLeader: func() bool { return true }, Clock: f.clock, Kube: env.Kube,
+		API: env.Client, Leases: store, Log: logr.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// reconcile runs one reconcile and fails the test on error.
+func (f *fixture) reconcile() ctrl.Result {
+	f.t.Helper()
+	res, err := f.rec.Reconcile(f.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(f.group)})
+	if err != nil {
+		f.t.Fatalf("reconcile: %v", err)
+	}
+	return res
+}
+
+// settle reconciles until nothing asks for an immediate requeue.
+func (f *fixture) settle() ctrl.Result {
+	f.t.Helper()
+	for i := 0; i < 10; i++ {
+		res := f.reconcile()
+		if !res.Requeue { //nolint:staticcheck // Requeue marks "probe again now"
+			return res
+		}
+	}
+	f.t.Fatal("reconcile never settled")
+	return ctrl.Result{}
+}
+
+func (f *fixture) get() *v1.MysqlFailoverGroup {
+	f.t.Helper()
+	g := &v1.MysqlFailoverGroup{}
+	if err := env.Client.Get(f.ctx, client.ObjectKeyFromObject(f.group), g); err != nil {
+		f.t.Fatal(err)
+	}
+	return g
+}
+
+func (f *fixture) patchSpec(mutate func(*v1.MysqlFailoverGroup)) {
+	f.t.Helper()
+	g := f.get()
+	mutate(g)
+	if err := env.Client.Update(f.ctx, g); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+type apiResp struct {
+	status int
+	body   map[string]any
+}
+
+func (f *fixture) call(method, path string, body any, headers ...string) apiResp {
+	f.t.Helper()
+	var b []byte
+	if body != nil {
+		b, _ = json.Marshal(body)
+	}
+	req := httptest.NewRequest(method, "/deploy/v1/groups/playground"+path, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+f.token)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	rec := httptest.NewRecorder()
+	f.api.Handler().ServeHTTP(rec, req)
+	out := apiResp{status: rec.Code}
+	_ = json.Unmarshal(rec.Body.Bytes(), &out.body)
+	return out
+}
+
+func (f *fixture) grant(kind, op string, ttl int) (token string, expires time.Time) {
+	f.t.Helper()
+	r := f.call(http.MethodPost, "/leases", map[string]any{"kind": kind, "operationId": op, "instance": "counter-app", "ttlSeconds": ttl})
+	if r.status != http.StatusCreated && r.status != http.StatusOK {
+		f.t.Fatalf("grant %s %s: %d %v", kind, op, r.status, r.body)
+	}
+	exp, _ := time.Parse(time.RFC3339Nano, r.body["expiresAt"].(string))
+	return r.body["token"].(string), exp
+}
+
+func (f *fixture) renew(kind, op, token string) apiResp {
+	f.t.Helper()
+	return f.call(http.MethodPut, "/leases/"+kind+"/"+op, map[string]any{"token": token})
+}
+
+// events lists the group's Events with reason, waiting for the asynchronous
+// recorder.
+func (f *fixture) events(reason string, want int) []corev1.Event {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var list corev1.EventList
+		if err := env.Client.List(f.ctx, &list, client.InNamespace(f.ns)); err != nil {
+			f.t.Fatal(err)
+		}
+		var out []corev1.Event
+		for _, e := range list.Items {
+			if e.Reason == reason && e.InvolvedObject.Name == "playground" {
+				out = append(out, e)
+			}
+		}
+		if len(out) >= want || time.Now().After(deadline) {
+			return out
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (f *fixture) deferredCount(op string) float64 {
+	return testutil.ToFloat64(f.metrics.Deferred.WithLabelValues(f.ns, "playground", op))
+}
+
+func mustContain(t *testing.T, s string, subs ...string) {
+	t.Helper()
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			t.Errorf("%q lacks %q", s, sub)
+		}
+	}
+}
+
+var _ = fmt.Sprintf
+
+func reqFor(f *fixture) ctrl.Request {
+	return ctrl.Request{NamespacedName: client.ObjectKeyFromObject(f.group)}
+}
