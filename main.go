@@ -24,10 +24,13 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/shipstream/bloodraven/controllers"
 	"github.com/shipstream/bloodraven/deployapi"
 	"github.com/shipstream/bloodraven/leases"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 	"github.com/shipstream/bloodraven/server"
+	"github.com/shipstream/bloodraven/topology"
+	"github.com/shipstream/bloodraven/topology/memory"
 	bloodravenwebhook "github.com/shipstream/bloodraven/webhook"
 )
 
@@ -128,9 +131,14 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 		leader.WatchElected(closedChan(), ctx.Done())
 	}
 
+	clk := clock.RealClock{}
+	store := &leases.Store{Client: mgr.GetClient(), Cached: mgr.GetCache(), API: mgr.GetAPIReader(), Clock: clk}
 	bloodravenwebhook.Register(mgr.GetWebhookServer(), mgr.GetScheme(), opts.operatorIdentity)
+	if err := addGroupController(mgr, opts, store, clk); err != nil {
+		return err
+	}
 	if opts.deployAPI {
-		if err := addDeployAPI(mgr, cfg, opts, &leader, log); err != nil {
+		if err := addDeployAPI(mgr, cfg, opts, &leader, store, clk, log); err != nil {
 			return err
 		}
 	}
@@ -168,7 +176,7 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 // addDeployAPI mounts /deploy/v1 on the TLS listener. Leases are read from
 // the manager's cache and written with resourceVersion preconditions;
 // databases and groups are read uncached on every request.
-func addDeployAPI(mgr ctrl.Manager, cfg *rest.Config, opts options, leader *server.LeaderState, log logr.Logger) error {
+func addDeployAPI(mgr ctrl.Manager, cfg *rest.Config, opts options, leader *server.LeaderState, store *leases.Store, clk clock.PassiveClock, log logr.Logger) error {
 	// TokenReviews are built-in types: speak protobuf to the API server.
 	pcfg := rest.CopyConfig(cfg)
 	pcfg.ContentType = "application/vnd.kubernetes.protobuf"
@@ -177,14 +185,13 @@ func addDeployAPI(mgr ctrl.Manager, cfg *rest.Config, opts options, leader *serv
 	if err != nil {
 		return fmt.Errorf("deploy API clientset: %w", err)
 	}
-	clk := clock.RealClock{}
 	api, err := deployapi.New(deployapi.Config{
 		Audience: opts.deployAudience,
 		IsLeader: leader.IsLeader,
 		Clock:    clk,
 		Kube:     kube,
 		API:      mgr.GetAPIReader(),
-		Leases:   &leases.Store{Client: mgr.GetClient(), Cached: mgr.GetCache(), API: mgr.GetAPIReader(), Clock: clk},
+		Leases:   store,
 		Log:      log.WithName("deployapi"),
 		Metrics:  ctrlmetrics.Registry,
 	})
@@ -192,6 +199,29 @@ func addDeployAPI(mgr ctrl.Manager, cfg *rest.Config, opts options, leader *serv
 		return err
 	}
 	mgr.GetWebhookServer().Register(deployapi.PathPrefix, api.Handler())
+	return nil
+}
+
+// addGroupController registers the MysqlFailoverGroup controller (leader
+// only) with the configured topology driver.
+func addGroupController(mgr ctrl.Manager, opts options, store *leases.Store, clk clock.PassiveClock) error {
+	var drv topology.Driver = topology.None{}
+	if opts.topologyDriver == "simulated" {
+		sim := memory.New()
+		sim.AutoSeed = true
+		drv = sim
+	}
+	m, err := controllers.NewMetrics(ctrlmetrics.Registry)
+	if err != nil {
+		return err
+	}
+	r := &controllers.GroupReconciler{
+		Client: mgr.GetClient(), API: mgr.GetAPIReader(), Leases: store, Driver: drv, Clock: clk,
+		Recorder: mgr.GetEventRecorderFor("bloodraven"), Metrics: m, ProbeInterval: opts.probeInterval,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("group controller: %w", err)
+	}
 	return nil
 }
 

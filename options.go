@@ -20,6 +20,7 @@ const (
 	envLeaderElection = "BLOODRAVEN_LEADER_ELECTION"
 	envLeaderElectNS  = "POD_NAMESPACE"
 	envOperatorSA     = "BLOODRAVEN_OPERATOR_SERVICE_ACCOUNT"
+	envTopology       = "BLOODRAVEN_TOPOLOGY_DRIVER"
 )
 
 // options is the operator's whole configuration.
@@ -41,6 +42,8 @@ type options struct {
 	logLevel            int
 	logDevelopment      bool
 	printVersionAndExit bool
+	topologyDriver      string
+	probeInterval       time.Duration
 }
 
 // parseOptions reads flags from args with defaults from getenv.
@@ -92,6 +95,8 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 	fs.IntVar(&o.logLevel, "v", 0, "Log verbosity (0 = info).")
 	fs.BoolVar(&o.logDevelopment, "log-development", false, "Human-readable development logs instead of JSON.")
 	fs.BoolVar(&o.printVersionAndExit, "version", false, "Print the version and exit.")
+	fs.StringVar(&o.topologyDriver, "topology-driver", envStr(envTopology, "none"), "Data-plane driver: none (report NoPrimary, never fail over) or simulated (in-memory sites, for the playground; moves no data) (env "+envTopology+").")
+	fs.DurationVar(&o.probeInterval, "probe-interval", 10*time.Second, "How often a quiet group's sites are probed.")
 
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -108,6 +113,11 @@ func (o options) validate() error {
 	}
 	if o.operatorIdentity == "" {
 		return fmt.Errorf("--operator-identity (env %s) is required: the webhooks let only this user, system:serviceaccount:<namespace>:<name>, move the fence", envOperatorSA)
+	}
+	switch o.topologyDriver {
+	case "none", "simulated":
+	default:
+		return fmt.Errorf("--topology-driver=%q: want none or simulated", o.topologyDriver)
 	}
 	if o.deployAudience == "" {
 		return fmt.Errorf("--deploy-audience must not be empty")

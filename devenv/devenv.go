@@ -420,6 +420,10 @@ func (p *Playground) StartOperator(ctx context.Context, l Listeners, logPath str
 		"--metrics-bind-address="+l.Metrics,
 		"--health-probe-bind-address="+l.Probe,
 		"--operator-identity="+OperatorIdentity(),
+		// Simulated sites until the MySQL driver lands: bootstrap and
+		// failovers change status and fence leases, but no data moves.
+		"--topology-driver=simulated",
+		"--probe-interval=2s",
 	)
 	cmd.Env = append(os.Environ(),
 		"KUBECONFIG="+p.Paths.OperatorKubeconfig,

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
@@ -96,26 +95,26 @@ func TestDeployAPIOverTLSAcrossLeaderChange(t *testing.T) {
 	}
 	leaseToken, _ := grant["token"].(string)
 
-	// A generation bump fences op-1; its tombstone is written by the leader.
-	// Only the operator's identity may move the fence (the webhook refuses
-	// the administrator), so the bump is made with the operator's kubeconfig.
-	opCfg, err := clientcmd.BuildConfigFromFlags("", p.Paths.OperatorKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := client.New(opCfg, client.Options{Scheme: bloodravenscheme.New()})
+	// A planned failover (simulated sites) bumps the generation and fences
+	// op-1; its tombstone is written by the leader.
+	admin, err := client.New(p.AdminConfig, client.Options{Scheme: bloodravenscheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := &v1.MysqlFailoverGroup{}
-	if err := admin.Get(ctx, client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.GroupName}, g); err != nil {
+	key := client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.GroupName}
+	if err := admin.Get(ctx, key, g); err != nil {
 		t.Fatal(err)
 	}
-	g.Status.TopologyGeneration++
-	g.Status.ActiveSite = "pdx"
-	if err := admin.Status().Update(ctx, g); err != nil {
+	startGen := g.Status.TopologyGeneration
+	g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "e2e-1", TargetSite: "pdx"}
+	if err := admin.Update(ctx, g); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, 30*time.Second, func() bool {
+		_ = admin.Get(ctx, key, g)
+		return g.Status.TopologyGeneration == startGen+1 && g.Status.ActiveSite == "pdx"
+	})
 	if st, body := c.call(http.MethodPut, leader+"/leases/migration/op-1", map[string]any{"token": leaseToken}); st != http.StatusConflict || body["error"] != "revoked" {
 		t.Fatalf("renew across the bump: %d %v", st, body)
 	}

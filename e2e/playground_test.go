@@ -22,7 +22,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/devenv"
+	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 	"github.com/shipstream/bloodraven/testenv"
 )
 
@@ -34,6 +38,17 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func buildOperator(t *testing.T, root string) string {
@@ -87,6 +102,18 @@ func TestPlaygroundComesUpAsDocumented(t *testing.T) {
 			t.Fatalf("kubectl output lacks playground:\n%s", out)
 		}
 		t.Logf("kubectl get mysqlfailovergroups -A:\n%s", out)
+	})
+
+	t.Run("the controller bootstraps the simulated sites to generation 1", func(t *testing.T) {
+		admin, err := client.New(p.AdminConfig, client.Options{Scheme: bloodravenscheme.New()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := &v1.MysqlFailoverGroup{}
+		waitFor(t, 30*time.Second, func() bool {
+			_ = admin.Get(ctx, client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.GroupName}, g)
+			return g.Status.TopologyGeneration == 1 && g.Status.ActiveSite == "iad" && g.Status.Health.Ready
+		})
 	})
 
 	t.Run("the plain port answers 404 under /deploy/", func(t *testing.T) {
@@ -179,7 +206,7 @@ func TestPlaygroundComesUpAsDocumented(t *testing.T) {
 	t.Run("the webhooks guard the fence against the administrator", func(t *testing.T) {
 		out, err := exec.Command(filepath.Join(root, "bin", "kubectl"), "--kubeconfig", p.Paths.Kubeconfig,
 			"-n", devenv.PlaygroundNamespace, "patch", "mysqlfailovergroup", devenv.GroupName, "--subresource=status",
-			"--type=merge", "-p", `{"status":{"topologyGeneration":1,"activeSite":"iad"}}`).CombinedOutput()
+			"--type=merge", "-p", `{"status":{"topologyGeneration":7,"activeSite":"pdx"}}`).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "lying to the fence") {
 			t.Fatalf("kubectl patch of the fence: err=%v\n%s", err, out)
 		}
