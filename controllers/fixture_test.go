@@ -55,7 +55,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, withDriver bool) *fixture {
 	t.Helper()
-	f := &fixture{t: t, ctx: context.Background(), clock: clocktesting.NewFakeClock(time.Now().UTC().Truncate(time.Second)), reg: prometheus.NewRegistry()}
+	f := &fixture{t: t, ctx: context.Background(), clock: clocktesting.NewFakeClock(time.Now().UTC().Truncate(time.Microsecond)), reg: prometheus.NewRegistry()}
 	f.ns = env.Namespace(t)
 	f.group = &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "playground", Namespace: f.ns},
 		Spec: v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}, {Name: "pdx"}}, FailureDetectionSeconds: 30}}

@@ -231,5 +231,3 @@ func leaseDecisionChanged() predicate.Predicate {
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
 }
-
-func metavTime(t time.Time) metav1.Time { return metav1.NewTime(t) }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/policy"
 	"github.com/shipstream/bloodraven/topology"
@@ -138,7 +140,7 @@ func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *v1.My
 		op: OpPlannedFailover, id: req.ID, target: target,
 		wasDeferred: pf().Phase == v1.PlannedFailoverPhaseDeferred,
 		deferred: func(adm policy.Admission) {
-			rt := metavTime(adm.RetryTime)
+			rt := metav1.NewMicroTime(adm.RetryTime)
 			pf().Phase, pf().Reason = v1.PlannedFailoverPhaseDeferred, v1.DeferReasonDeploymentHold
 			pf().Admission = &v1.Admission{DeferReason: v1.DeferReasonDeploymentHold, RetryTime: &rt, Message: adm.Message}
 		},

@@ -93,7 +93,7 @@ type fixture struct {
 
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
-	f := &fixture{t: t, ctx: context.Background(), clock: clocktesting.NewFakeClock(time.Now().UTC()), logs: &logBuffer{}, reg: prometheus.NewRegistry()}
+	f := &fixture{t: t, ctx: context.Background(), clock: clocktesting.NewFakeClock(time.Now().UTC().Truncate(time.Microsecond)), logs: &logBuffer{}, reg: prometheus.NewRegistry()}
 	f.groupNS = env.Namespace(t)
 	f.clientNS = env.Namespace(t)
 	f.group = f.createGroup(f.groupNS, "playground", 1)

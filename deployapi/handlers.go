@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -197,7 +196,7 @@ func (s *Server) grant(r *request) (int, any, error) {
 			rec := &leases.Record{
 				Group: g.Name, Kind: kind, OperationID: req.OperationID, Instance: req.Instance, Identity: r.identity.Username(),
 				State: leases.StateActive, Generation: g.Status.TopologyGeneration, TTLSeconds: ttl,
-				ExpiresAt: now.Add(time.Duration(ttl) * time.Second), GrantedAt: now, RenewedAt: now, TokenHash: leases.HashToken(token),
+				ExpiresAt: leases.ExpiryAt(now, ttl), GrantedAt: now, RenewedAt: now, TokenHash: leases.HashToken(token),
 			}
 			if d.Outcome == policy.OutcomeCreate {
 				_, err = s.leases.Create(r.ctx, g, name, rec)
@@ -374,7 +373,7 @@ func (s *Server) renew(r *request) (int, any, error) {
 		case policy.OutcomeRenew:
 			ttl := policy.ClampTTL(req.TTLSeconds.ptr(), own.TTLSeconds)
 			next := *own
-			next.TTLSeconds, next.RenewedAt, next.ExpiresAt = ttl, now, now.Add(time.Duration(ttl)*time.Second)
+			next.TTLSeconds, next.RenewedAt, next.ExpiresAt = ttl, now, leases.ExpiryAt(now, ttl)
 			if _, err := s.leases.Update(r.ctx, obj, &next); apierrors.IsConflict(err) {
 				fresh = true
 				continue

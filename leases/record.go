@@ -85,6 +85,13 @@ type Record struct {
 	RevokedAt          time.Time `json:"revokedAt,omitzero"`
 }
 
+// ExpiryAt is the expiry of a lease granted or renewed at now for ttl
+// seconds, at microsecond precision: the precision of Kubernetes MicroTime,
+// so status.plannedFailover.admission.retryTime can carry it exactly.
+func ExpiryAt(now time.Time, ttlSeconds int64) time.Time {
+	return now.Add(time.Duration(ttlSeconds) * time.Second).Truncate(time.Microsecond)
+}
+
 // Live tells whether the record still has effect at now: active and
 // now <= expiresAt.
 func (r *Record) Live(now time.Time) bool {

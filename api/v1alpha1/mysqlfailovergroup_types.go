@@ -125,10 +125,11 @@ type Admission struct {
 	DeferReason string `json:"deferReason,omitempty"`
 
 	// RetryTime is the earliest time the operation is re-admitted: for a
-	// deployment hold, the earliest expiry of the live holds. It moves with
-	// every hold renewal.
+	// deployment hold, the earliest expiry of the live holds, exactly as the
+	// deployment API reports the hold's expiresAt (microsecond precision). It
+	// moves with every hold renewal.
 	// +optional
-	RetryTime *metav1.Time `json:"retryTime,omitempty"`
+	RetryTime *metav1.MicroTime `json:"retryTime,omitempty"`
 
 	// Message names what blocks the operation, for example the operationId
 	// and instance of the blocking hold.

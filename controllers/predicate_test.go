@@ -1,0 +1,48 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/shipstream/bloodraven/leases"
+)
+
+func TestLeaseWatchPassesOnlyDecisionChanges(t *testing.T) {
+	base := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	lease := func(mutate func(*leases.Record)) *coordinationv1.Lease {
+		rec := &leases.Record{Group: "g", Kind: leases.KindFailoverHold, OperationID: "op", State: leases.StateActive,
+			Generation: 1, TTLSeconds: 30, ExpiresAt: base, GrantedAt: base, RenewedAt: base}
+		mutate(rec)
+		l := &coordinationv1.Lease{}
+		if err := leases.Encode(l, rec, nil, string(rec.Kind)); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	same := func(*leases.Record) {}
+	tests := map[string]struct {
+		newRec func(*leases.Record)
+		want   bool
+	}{
+		"a renewal moves expiresAt":         {newRec: func(r *leases.Record) { r.ExpiresAt = base.Add(10 * time.Second) }, want: true},
+		"release changes the state":         {newRec: func(r *leases.Record) { r.State = leases.StateReleased }, want: true},
+		"revocation changes the state":      {newRec: func(r *leases.Record) { r.State = leases.StateRevoked }, want: true},
+		"nothing the controller decides on": {newRec: func(r *leases.Record) { r.RenewedAt = base.Add(time.Second) }, want: false},
+		"an identical update":               {newRec: same, want: false},
+	}
+	p := leaseDecisionChanged()
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := p.Update(event.UpdateEvent{ObjectOld: lease(same), ObjectNew: lease(tc.newRec)})
+			if got != tc.want {
+				t.Fatalf("passes = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if !p.Create(event.CreateEvent{Object: lease(same)}) || !p.Delete(event.DeleteEvent{Object: lease(same)}) {
+		t.Fatal("creations and deletions must pass")
+	}
+}
