@@ -27,6 +27,14 @@ type Site struct {
 	Port int32 `json:"port,omitempty"`
 }
 
+// SecretReference names a Secret in the same namespace.
+type SecretReference struct {
+	// Name of the Secret. Required.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
 // PlannedFailoverRequest asks for a planned switchover to TargetSite. A new ID
 // is a new request; re-applying the same ID changes nothing.
 type PlannedFailoverRequest struct {
@@ -80,6 +88,14 @@ type MysqlFailoverGroupSpec struct {
 	// RestoreInPlace requests a restore-in-place. Optional; default none.
 	// +optional
 	RestoreInPlace *RestoreInPlaceRequest `json:"restoreInPlace,omitempty"`
+
+	// CredentialsSecretRef names a Secret in the group's namespace with keys
+	// username and password: the account the MySQL topology driver uses on
+	// every site (it needs SUPER/READ_ONLY ADMIN, REPLICATION SLAVE ADMIN and
+	// the right to create the bloodraven.fence table). Optional; required by
+	// --topology-driver=mysql.
+	// +optional
+	CredentialsSecretRef *SecretReference `json:"credentialsSecretRef,omitempty"`
 
 	// FailureDetectionSeconds is the detection budget of emergency failover:
 	// how long the primary must be unreachable before the operator promotes

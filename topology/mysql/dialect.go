@@ -1,0 +1,96 @@
+package mysql
+
+import (
+	"fmt"
+	"strings"
+)
+
+// dialect is the SQL one server family speaks for the driver's steps.
+type dialect struct {
+	name string
+	// readOnlyOn/Off make the server refuse (or accept) ordinary writes.
+	readOnlyOn, readOnlyOff []string
+	// readOnlyQuery returns one row: read_only (and super_read_only on MySQL).
+	readOnlyQuery string
+	// gtidExecuted returns the server's executed GTID set.
+	gtidExecuted string
+	// waitGTID(set, timeoutSeconds) returns 0 when the set is applied.
+	waitGTID string
+	// column names in SHOW REPLICA STATUS
+	ioRunning, sqlRunning, lag, lastIOErrno string
+	stopReplica, resetReplica, startReplica   string
+	// changeSource is a format: host, port, user, password.
+	changeSource string
+}
+
+// mariaDB is MariaDB 10.5+ (tested against 10.11).
+var mariaDB = dialect{
+	name:          "mariadb",
+	readOnlyOn:    []string{"SET GLOBAL read_only=ON"},
+	readOnlyOff:   []string{"SET GLOBAL read_only=OFF"},
+	readOnlyQuery: "SELECT @@global.read_only, 0",
+	gtidExecuted:  "SELECT @@global.gtid_binlog_pos",
+	waitGTID:      "SELECT MASTER_GTID_WAIT(?, ?)",
+	ioRunning:     "Slave_IO_Running", sqlRunning: "Slave_SQL_Running", lag: "Seconds_Behind_Master", lastIOErrno: "Last_IO_Errno",
+	stopReplica:  "STOP SLAVE",
+	resetReplica: "RESET SLAVE ALL",
+	startReplica: "START SLAVE",
+	changeSource: "CHANGE MASTER TO MASTER_HOST=%s, MASTER_PORT=%d, MASTER_USER=%s, MASTER_PASSWORD=%s, MASTER_USE_GTID=current_pos, MASTER_CONNECT_RETRY=1",
+}
+
+// mySQL8 is MySQL 8.0.23+ (SHOW REPLICA STATUS, CHANGE REPLICATION SOURCE).
+// Covered by SQL-level unit tests only: no MySQL 8 server is installable on
+// these machines.
+var mySQL8 = dialect{
+	name:          "mysql8",
+	readOnlyOn:    []string{"SET GLOBAL super_read_only=ON"},
+	readOnlyOff:   []string{"SET GLOBAL super_read_only=OFF", "SET GLOBAL read_only=OFF"},
+	readOnlyQuery: "SELECT @@global.read_only, @@global.super_read_only",
+	gtidExecuted:  "SELECT @@global.gtid_executed",
+	waitGTID:      "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)",
+	ioRunning:     "Replica_IO_Running", sqlRunning: "Replica_SQL_Running", lag: "Seconds_Behind_Source", lastIOErrno: "Last_IO_Errno",
+	stopReplica:  "STOP REPLICA",
+	resetReplica: "RESET REPLICA ALL",
+	startReplica: "START REPLICA",
+	changeSource: "CHANGE REPLICATION SOURCE TO SOURCE_HOST=%s, SOURCE_PORT=%d, SOURCE_USER=%s, SOURCE_PASSWORD=%s, SOURCE_AUTO_POSITION=1, SOURCE_CONNECT_RETRY=1",
+}
+
+// dialectFor picks the dialect from SELECT VERSION().
+func dialectFor(version string) dialect {
+	if strings.Contains(strings.ToLower(version), "mariadb") {
+		return mariaDB
+	}
+	return mySQL8
+}
+
+// changeSourceSQL renders the statement that points a replica at a source.
+// CHANGE MASTER/REPLICATION SOURCE takes no placeholders, so values are
+// quoted here.
+func (d dialect) changeSourceSQL(host string, port int, user, password string) string {
+	return fmt.Sprintf(d.changeSource, quote(host), port, quote(user), quote(password))
+}
+
+// quote is a MySQL string literal.
+func quote(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `'`, `\'`, "\x00", `\0`, "\n", `\n`, "\r", `\r`, "\x1a", `\Z`)
+	return "'" + r.Replace(s) + "'"
+}
+
+// Fence table: the topology generation and active site, written on the new
+// primary in the same step as its promotion, before it accepts writes. A
+// client about to run DDL checks, on the connection it will use:
+//
+//	SELECT generation, active_site FROM bloodraven.fence WHERE id = 1
+//	  AND @@global.read_only = 0
+//
+// and proceeds only if generation equals the topologyGeneration of its lease.
+const (
+	fenceSchema = "CREATE DATABASE IF NOT EXISTS bloodraven"
+	fenceTable  = "CREATE TABLE IF NOT EXISTS bloodraven.fence (" +
+		"id TINYINT UNSIGNED NOT NULL PRIMARY KEY, generation BIGINT NOT NULL, " +
+		"active_site VARCHAR(63) NOT NULL, updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))"
+	fenceWrite = "REPLACE INTO bloodraven.fence (id, generation, active_site, updated_at) VALUES (1, ?, ?, CURRENT_TIMESTAMP(6))"
+	// FenceQuery is what a client runs to check it talks to the primary of
+	// its generation.
+	FenceQuery = "SELECT generation, active_site FROM bloodraven.fence WHERE id = 1 AND @@global.read_only = 0"
+)

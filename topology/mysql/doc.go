@@ -1,0 +1,31 @@
+// Package mysql is the production topology driver: it speaks SQL to each
+// site's MySQL or MariaDB server (github.com/go-sql-driver/mysql), choosing
+// the dialect from the server's version string.
+//
+// Steps:
+//   - Probe: reachability, read_only (and super_read_only on MySQL), the
+//     replication threads, lag, and the executed GTID set.
+//   - Planned promotion: make the old primary read-only, read its GTID set,
+//     wait (bounded) until the target has applied it, stop and reset
+//     replication on the target, write the fence table, make the target
+//     writable, and point the old primary and every other replica at it.
+//     Nothing acknowledged on the old primary is lost: it stops accepting
+//     writes before its position is read, and the target is writable only
+//     after it has applied that position.
+//   - Emergency promotion: the old primary is gone; the target applies what
+//     it already received (bounded wait), then the same fence-and-open steps;
+//     other reachable replicas are pointed at it.
+//   - Fence: read-only, nothing else. Rejoin (after fencing) points a fenced
+//     site at the primary and checks the replica's IO thread: a server with
+//     errant transactions (GTIDs the new primary never had) is refused by
+//     the primary; the driver then stops replication, leaves it fenced, and
+//     returns ErrErrantTransactions.
+//   - The fence in the database: bloodraven.fence holds the topology
+//     generation and active site, written on the new primary before it
+//     accepts writes (see FenceQuery).
+//
+// Every call has short timeouts (connect 2 s, read/write 10 s; GTID waits
+// are bounded by WaitTimeout). TLS is used when a site's spec asks for it —
+// not implemented yet: connections are plain TCP. MariaDB is tested against
+// real servers; the MySQL 8 dialect only by SQL-level unit tests.
+package mysql

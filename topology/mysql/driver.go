@@ -1,0 +1,389 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/topology"
+)
+
+// ErrErrantTransactions: a fenced site holds transactions the primary never
+// had; it stays fenced and needs a human.
+var ErrErrantTransactions = errors.New("site has errant transactions: left fenced (read-only), needs manual repair")
+
+// Credentials resolves the account for a group (from its Secret).
+type Credentials func(ctx context.Context, g *v1.MysqlFailoverGroup) (user, password string, err error)
+
+// Driver is the SQL topology driver.
+type Driver struct {
+	Credentials Credentials
+	// WaitTimeout bounds GTID waits during promotion; default 30 s.
+	WaitTimeout time.Duration
+
+	mu  sync.Mutex
+	dbs map[string]*sql.DB
+}
+
+var _ topology.Driver = (*Driver)(nil)
+
+// New returns a driver that reads credentials with creds.
+func New(creds Credentials) *Driver { return &Driver{Credentials: creds, dbs: map[string]*sql.DB{}} }
+
+type site struct {
+	name string
+	host string
+	port int
+	db   *sql.DB
+	d    dialect
+}
+
+func (d *Driver) waitTimeout() time.Duration {
+	if d.WaitTimeout > 0 {
+		return d.WaitTimeout
+	}
+	return 30 * time.Second
+}
+
+// open returns a pooled connection to one site.
+func (d *Driver) open(ctx context.Context, g *v1.MysqlFailoverGroup, s v1.Site) (*site, error) {
+	user, pw, err := d.Credentials(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	cfg := gomysql.NewConfig()
+	cfg.User, cfg.Passwd, cfg.Net = user, pw, "tcp"
+	port := int(s.Port)
+	if port == 0 {
+		port = 3306
+	}
+	cfg.Addr = fmt.Sprintf("%s:%d", s.Host, port)
+	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = 2*time.Second, 10*time.Second, 10*time.Second
+	dsn := cfg.FormatDSN()
+	d.mu.Lock()
+	db, ok := d.dbs[dsn]
+	if !ok {
+		if db, err = sql.Open("mysql", dsn); err != nil {
+			d.mu.Unlock()
+			return nil, err
+		}
+		db.SetMaxOpenConns(4)
+		db.SetConnMaxIdleTime(30 * time.Second)
+		d.dbs[dsn] = db
+	}
+	d.mu.Unlock()
+	st := &site{name: s.Name, host: s.Host, port: port, db: db}
+	var version string
+	qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := db.QueryRowContext(qctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return nil, fmt.Errorf("site %s: %w", s.Name, err)
+	}
+	st.d = dialectFor(version)
+	return st, nil
+}
+
+func siteSpec(g *v1.MysqlFailoverGroup, name string) (v1.Site, error) {
+	for _, s := range g.Spec.Sites {
+		if s.Name == name {
+			if s.Host == "" {
+				return s, fmt.Errorf("site %s has no host", name)
+			}
+			return s, nil
+		}
+	}
+	return v1.Site{}, fmt.Errorf("site %s is not in the group", name)
+}
+
+// replicaStatus reads SHOW REPLICA STATUS into a map (empty when the server
+// is not a replica).
+func (s *site) replicaStatus(ctx context.Context) (map[string]string, error) {
+	rows, err := s.db.QueryContext(ctx, "SHOW REPLICA STATUS")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	if !rows.Next() {
+		return out, rows.Err()
+	}
+	vals := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	if err := rows.Scan(ptrs...); err != nil {
+		return nil, err
+	}
+	for i, c := range cols {
+		out[c] = vals[i].String
+	}
+	return out, rows.Err()
+}
+
+// probe reads one site's state.
+func (s *site) probe(ctx context.Context) (topology.SiteState, string, error) {
+	st := topology.SiteState{Name: s.name, Reachable: true}
+	var ro, sro int
+	if err := s.db.QueryRowContext(ctx, s.d.readOnlyQuery).Scan(&ro, &sro); err != nil {
+		return topology.SiteState{Name: s.name}, "", err
+	}
+	st.Writable = ro == 0 && sro == 0
+	rs, err := s.replicaStatus(ctx)
+	if err != nil {
+		return topology.SiteState{Name: s.name}, "", err
+	}
+	st.ReplicationRunning = rs[s.d.ioRunning] == "Yes" && rs[s.d.sqlRunning] == "Yes"
+	if lag, err := strconv.ParseFloat(rs[s.d.lag], 64); err == nil {
+		st.LagSeconds = lag
+	}
+	var gtid string
+	if err := s.db.QueryRowContext(ctx, s.d.gtidExecuted).Scan(&gtid); err != nil {
+		return topology.SiteState{Name: s.name}, "", err
+	}
+	return st, gtid, nil
+}
+
+// Probe observes every site; an unreachable site is reported, not an error.
+func (d *Driver) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topology.SiteState, error) {
+	out := make([]topology.SiteState, 0, len(g.Spec.Sites))
+	for _, sp := range g.Spec.Sites {
+		st := topology.SiteState{Name: sp.Name}
+		if sp.Host != "" {
+			if s, err := d.open(ctx, g, sp); err == nil {
+				pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				if got, _, err := s.probe(pctx); err == nil {
+					st = got
+				}
+				cancel()
+			}
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// GTIDs returns each reachable site's executed GTID set.
+func (d *Driver) GTIDs(ctx context.Context, g *v1.MysqlFailoverGroup) (map[string]string, error) {
+	out := map[string]string{}
+	for _, sp := range g.Spec.Sites {
+		s, err := d.open(ctx, g, sp)
+		if err != nil {
+			continue
+		}
+		if _, gtid, err := s.probe(ctx); err == nil {
+			out[sp.Name] = gtid
+		}
+	}
+	return out, nil
+}
+
+func (s *site) exec(ctx context.Context, stmts ...string) error {
+	for _, q := range stmts {
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("site %s: %s: %w", s.name, redact(q), err)
+		}
+	}
+	return nil
+}
+
+// redact keeps passwords out of errors.
+func redact(q string) string {
+	if strings.HasPrefix(q, "CHANGE") {
+		if i := strings.Index(q, ","); i > 0 {
+			return q[:i] + ", …"
+		}
+	}
+	return q
+}
+
+// Promote makes target the writable primary under generation.
+func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target string, generation int64, planned bool) error {
+	tspec, err := siteSpec(g, target)
+	if err != nil {
+		return err
+	}
+	t, err := d.open(ctx, g, tspec)
+	if err != nil {
+		return fmt.Errorf("promote: %w", err)
+	}
+	user, pw, err := d.Credentials(ctx, g)
+	if err != nil {
+		return err
+	}
+	// The other reachable sites, and which of them is writable now.
+	var others []*site
+	for _, sp := range g.Spec.Sites {
+		if sp.Name == target || sp.Host == "" {
+			continue
+		}
+		if s, err := d.open(ctx, g, sp); err == nil {
+			others = append(others, s)
+		}
+	}
+	wait := d.waitTimeout()
+	if planned {
+		// Stop writes on every other site, then wait until the target has
+		// applied everything they wrote.
+		for _, o := range others {
+			if err := o.exec(ctx, o.d.readOnlyOn...); err != nil {
+				return err
+			}
+			var gtid string
+			if err := o.db.QueryRowContext(ctx, o.d.gtidExecuted).Scan(&gtid); err != nil {
+				return fmt.Errorf("site %s: read GTID position: %w", o.name, err)
+			}
+			if err := t.waitFor(ctx, gtid, wait); err != nil {
+				return err
+			}
+		}
+	} else {
+		// Emergency: apply what was already received.
+		rs, err := t.replicaStatus(ctx)
+		if err == nil {
+			if pos := rs["Gtid_IO_Pos"]; pos != "" {
+				_ = t.waitFor(ctx, pos, wait)
+			}
+		}
+	}
+	// Stop replicating, record the fence, then open for writes.
+	if err := t.exec(ctx, t.d.stopReplica, t.d.resetReplica); err != nil {
+		return err
+	}
+	if err := t.exec(ctx, fenceSchema, fenceTable); err != nil {
+		return err
+	}
+	if _, err := t.db.ExecContext(ctx, fenceWrite, generation, target); err != nil {
+		return fmt.Errorf("site %s: write fence: %w", target, err)
+	}
+	if err := t.exec(ctx, t.d.readOnlyOff...); err != nil {
+		return err
+	}
+	// Point every other reachable site at the new primary.
+	for _, o := range others {
+		if err := o.exec(ctx, o.d.readOnlyOn...); err != nil {
+			return err
+		}
+		if err := o.exec(ctx, o.d.stopReplica, o.d.changeSourceSQL(tspec.Host, t.port, user, pw), o.d.startReplica); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitFor waits until the site has applied gtid.
+func (s *site) waitFor(ctx context.Context, gtid string, timeout time.Duration) error {
+	if gtid == "" {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout+5*time.Second)
+	defer cancel()
+	var res sql.NullInt64
+	if err := s.db.QueryRowContext(wctx, s.d.waitGTID, gtid, int(timeout.Seconds())).Scan(&res); err != nil {
+		return fmt.Errorf("site %s: wait for GTID %s: %w", s.name, gtid, err)
+	}
+	if !res.Valid || res.Int64 != 0 {
+		return fmt.Errorf("site %s did not apply GTID %s within %v", s.name, gtid, timeout)
+	}
+	return nil
+}
+
+// Fence makes site read-only.
+func (d *Driver) Fence(ctx context.Context, g *v1.MysqlFailoverGroup, name string) error {
+	sp, err := siteSpec(g, name)
+	if err != nil {
+		return err
+	}
+	s, err := d.open(ctx, g, sp)
+	if err != nil {
+		return fmt.Errorf("fence: %w", err)
+	}
+	return s.exec(ctx, s.d.readOnlyOn...)
+}
+
+// Rejoin points a fenced site at primary. A site with errant transactions
+// is refused by the primary (its GTIDs are not in the primary's binary log);
+// replication is then stopped, the site stays fenced, and
+// ErrErrantTransactions is returned.
+func (d *Driver) Rejoin(ctx context.Context, g *v1.MysqlFailoverGroup, name, primary string) error {
+	sp, err := siteSpec(g, name)
+	if err != nil {
+		return err
+	}
+	pp, err := siteSpec(g, primary)
+	if err != nil {
+		return err
+	}
+	s, err := d.open(ctx, g, sp)
+	if err != nil {
+		return fmt.Errorf("rejoin: %w", err)
+	}
+	user, pw, err := d.Credentials(ctx, g)
+	if err != nil {
+		return err
+	}
+	port := int(pp.Port)
+	if port == 0 {
+		port = 3306
+	}
+	if err := s.exec(ctx, append(s.d.readOnlyOn, s.d.stopReplica, s.d.changeSourceSQL(pp.Host, port, user, pw), s.d.startReplica)...); err != nil {
+		return err
+	}
+	// Give the IO thread a moment to connect or be refused.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		rs, err := s.replicaStatus(ctx)
+		if err != nil {
+			return err
+		}
+		if rs[s.d.ioRunning] == "Yes" && rs[s.d.sqlRunning] == "Yes" {
+			return nil
+		}
+		if errno := rs[s.d.lastIOErrno]; errno == "1236" {
+			_ = s.exec(ctx, s.d.stopReplica)
+			return fmt.Errorf("site %s: %w", name, ErrErrantTransactions)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("site %s: replication did not start within 5s", name)
+}
+
+// UpdateSite is the data-plane step of an ordered update. Rolling a new
+// server version is the platform's job (image change); the driver checks
+// the site answers and replicates after it.
+func (d *Driver) UpdateSite(ctx context.Context, g *v1.MysqlFailoverGroup, name, _ string) error {
+	sp, err := siteSpec(g, name)
+	if err != nil {
+		return err
+	}
+	_, err = d.open(ctx, g, sp)
+	return err
+}
+
+// RestoreSite is the data-plane step of a restore-in-place. Restoring a
+// backup is outside this driver; it checks the site answers.
+func (d *Driver) RestoreSite(ctx context.Context, g *v1.MysqlFailoverGroup, name, _ string) error {
+	return d.UpdateSite(ctx, g, name, "")
+}
+
+// Close closes every pooled connection.
+func (d *Driver) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for k, db := range d.dbs {
+		db.Close()
+		delete(d.dbs, k)
+	}
+}
