@@ -98,7 +98,7 @@ FUZZTIME ?= 10s
 FUZZ_TARGETS := deployapi:FuzzDecodeGrant deployapi:FuzzDecodeRenew
 
 .PHONY: test
-test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, then a short fuzz run of the decoders.
+test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, then a short fuzz run of the decoders.
 	$(GO) test -race -count=1 ./...
 	@$(MAKE) --no-print-directory fuzz
 
@@ -111,8 +111,19 @@ fuzz: ## Fuzz the request decoders for FUZZTIME each (default 10s).
 
 ##@ Playground
 
+.PHONY: mariadb
+mariadb: ## Install MariaDB (the playground's sites, the driver's integration tests) if it is missing.
+	@if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo ">> installing mariadb-server (Debian package)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server; \
+		else \
+			echo "mariadbd is missing: run 'sudo apt-get install -y mariadb-server', then make dev again"; exit 1; \
+		fi; \
+	fi
+
 .PHONY: dev
-dev: tools ## Start the playground: control plane, operator and demo group, in the foreground.
+dev: tools mariadb ## Start the playground: control plane, MariaDB sites, operator and demo group, in the foreground.
 	$(GO) build -o $(BIN)/bloodraven .
 	$(GO) build -o $(BIN)/bloodraven-dev ./hack/dev
 	$(BIN)/bloodraven-dev --root $(ROOT)

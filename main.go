@@ -13,17 +13,20 @@ import (
 	"github.com/go-logr/zapr"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/controllers"
 	"github.com/shipstream/bloodraven/deployapi"
 	"github.com/shipstream/bloodraven/leases"
@@ -31,6 +34,7 @@ import (
 	"github.com/shipstream/bloodraven/server"
 	"github.com/shipstream/bloodraven/topology"
 	"github.com/shipstream/bloodraven/topology/memory"
+	mysqldriver "github.com/shipstream/bloodraven/topology/mysql"
 	bloodravenwebhook "github.com/shipstream/bloodraven/webhook"
 )
 
@@ -46,6 +50,7 @@ var version = "dev"
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 
 func main() {
 	if err := run(); err != nil {
@@ -206,10 +211,13 @@ func addDeployAPI(mgr ctrl.Manager, cfg *rest.Config, opts options, leader *serv
 // only) with the configured topology driver.
 func addGroupController(mgr ctrl.Manager, opts options, store *leases.Store, clk clock.PassiveClock) error {
 	var drv topology.Driver = topology.None{}
-	if opts.topologyDriver == "simulated" {
+	switch opts.topologyDriver {
+	case "simulated":
 		sim := memory.New()
 		sim.AutoSeed = true
 		drv = sim
+	case "mysql":
+		drv = mysqldriver.New(secretCredentials(mgr.GetAPIReader()))
 	}
 	m, err := controllers.NewMetrics(ctrlmetrics.Registry)
 	if err != nil {
@@ -223,6 +231,22 @@ func addGroupController(mgr ctrl.Manager, opts options, store *leases.Store, clk
 		return fmt.Errorf("group controller: %w", err)
 	}
 	return nil
+}
+
+// secretCredentials reads a group's MySQL account from the Secret named by
+// spec.credentialsSecretRef (keys username and password), uncached.
+func secretCredentials(api client.Reader) mysqldriver.Credentials {
+	return func(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
+		ref := g.Spec.CredentialsSecretRef
+		if ref == nil {
+			return "", "", fmt.Errorf("group %s/%s has no spec.credentialsSecretRef", g.Namespace, g.Name)
+		}
+		var sec corev1.Secret
+		if err := api.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: ref.Name}, &sec); err != nil {
+			return "", "", fmt.Errorf("credentials Secret %s/%s: %w", g.Namespace, ref.Name, err)
+		}
+		return string(sec.Data["username"]), string(sec.Data["password"]), nil
+	}
 }
 
 func deployAddr(o options) string {

@@ -95,7 +95,7 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 	fs.IntVar(&o.logLevel, "v", 0, "Log verbosity (0 = info).")
 	fs.BoolVar(&o.logDevelopment, "log-development", false, "Human-readable development logs instead of JSON.")
 	fs.BoolVar(&o.printVersionAndExit, "version", false, "Print the version and exit.")
-	fs.StringVar(&o.topologyDriver, "topology-driver", envStr(envTopology, "none"), "Data-plane driver: none (report NoPrimary, never fail over) or simulated (in-memory sites, for the playground; moves no data) (env "+envTopology+").")
+	fs.StringVar(&o.topologyDriver, "topology-driver", envStr(envTopology, "none"), "Data-plane driver: mysql (SQL to each site's MySQL/MariaDB; credentials from spec.credentialsSecretRef), none (report NoPrimary, never fail over) or simulated (in-memory sites; moves no data) (env "+envTopology+").")
 	fs.DurationVar(&o.probeInterval, "probe-interval", 10*time.Second, "How often a quiet group's sites are probed.")
 
 	if err := fs.Parse(args); err != nil {
@@ -115,9 +115,9 @@ func (o options) validate() error {
 		return fmt.Errorf("--operator-identity (env %s) is required: the webhooks let only this user, system:serviceaccount:<namespace>:<name>, move the fence", envOperatorSA)
 	}
 	switch o.topologyDriver {
-	case "none", "simulated":
+	case "none", "simulated", "mysql":
 	default:
-		return fmt.Errorf("--topology-driver=%q: want none or simulated", o.topologyDriver)
+		return fmt.Errorf("--topology-driver=%q: want none, simulated or mysql", o.topologyDriver)
 	}
 	if o.deployAudience == "" {
 		return fmt.Errorf("--deploy-audience must not be empty")

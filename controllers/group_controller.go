@@ -51,6 +51,9 @@ type GroupReconciler struct {
 // step is the outcome of one part of a reconcile: when to look again.
 type step struct {
 	requeueAfter time.Duration
+	// degraded, when set, overrides the probe's degraded reason (a site the
+	// controller had to leave fenced).
+	degraded string
 }
 
 func (s *step) after(d time.Duration) {
@@ -110,6 +113,10 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, fmt.Errorf("probe: %w", err)
 	}
 	r.observe(g, sites)
+	if st.degraded != "" {
+		g.Status.Health.DegradedReason = st.degraded
+		setCondition(g, v1.ConditionDegraded, true, "SiteFenced", st.degraded, r.now())
+	}
 	if !equality.Semantic.DeepEqual(persisted, &g.Status) {
 		if err := r.writeStatus(ctx, g); err != nil {
 			return ctrl.Result{}, err

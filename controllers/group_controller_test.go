@@ -203,8 +203,9 @@ func TestEmergencyFailoverIgnoresHolds(t *testing.T) {
 	// The old primary returns writable: it is fenced before anything else.
 	f.driver.Revive(f.group, "iad")
 	f.settle()
-	if i := slices.Index(f.driver.Calls, "fence iad"); i < 0 {
-		t.Fatalf("returning primary not fenced: %v", f.driver.Calls)
+	fenced, rejoined := slices.Index(f.driver.Calls, "fence iad"), slices.Index(f.driver.Calls, "rejoin iad pdx")
+	if fenced < 0 || rejoined < fenced {
+		t.Fatalf("returning primary must be fenced, then re-pointed: %v", f.driver.Calls)
 	}
 	g = f.get()
 	if g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 2 {

@@ -57,6 +57,18 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 	case policy.ActionEmergencyPromote:
 		EventEmergencyFailover.emit(r.Recorder, g, g.Status.ActiveSite, budget, d.Site)
 		return true, r.promote(ctx, g, OpEmergencyFailover, d.Site)
+	case policy.ActionRejoin:
+		rj, ok := r.driver().(topology.Rejoiner)
+		if !ok {
+			return false, nil
+		}
+		if err := rj.Rejoin(ctx, g, d.Site, g.Status.ActiveSite); err != nil {
+			// Left fenced (read-only): report it; the probe keeps it Degraded.
+			st.degraded = fmt.Sprintf("SiteFenced: site %s stays read-only: %v", d.Site, err)
+			EventSiteFenced.emit(r.Recorder, g, d.Site, st.degraded)
+			return false, nil
+		}
+		return true, nil
 	case policy.ActionReassert:
 		if err := r.driver().Promote(ctx, g, d.Site, g.Status.TopologyGeneration, false); err != nil {
 			return false, fmt.Errorf("reassert primary %s: %w", d.Site, err)

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/mariadblocal"
 	"github.com/shipstream/bloodraven/pki"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 )
@@ -58,6 +59,9 @@ type Config struct {
 	OperatorBinary string
 	// Listener addresses of the operator. Defaults :8443, :8082, :8080, :8081.
 	TLSAddr, AuxAddr, MetricsAddr, ProbeAddr string
+	// MySQLPorts are the loopback ports of the iad and pdx MariaDB sites.
+	// Default 13306 and 13307.
+	MySQLPorts [2]int
 	// Log receives progress lines; default io.Discard.
 	Log io.Writer
 }
@@ -91,6 +95,8 @@ type Playground struct {
 	lock     *os.File
 	env      *envtest.Environment
 	operator *Operator
+	// Sites are the playground's MariaDB servers, iad then pdx.
+	Sites []*mariadblocal.Server
 	// AdminConfig is the cluster-admin REST config.
 	AdminConfig *rest.Config
 }
@@ -114,6 +120,9 @@ func (c *Config) defaults() {
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
+	if c.MySQLPorts == [2]int{} {
+		c.MySQLPorts = [2]int{13306, 13307}
+	}
 }
 
 func (p *Playground) logf(format string, args ...any) { fmt.Fprintf(p.cfg.Log, format+"\n", args...) }
@@ -133,12 +142,19 @@ func Up(ctx context.Context, cfg Config) (_ *Playground, err error) {
 			_ = p.Down()
 		}
 	}()
-	for _, addr := range []string{cfg.TLSAddr, cfg.AuxAddr, cfg.MetricsAddr, cfg.ProbeAddr} {
+	for _, addr := range []string{cfg.TLSAddr, cfg.AuxAddr, cfg.MetricsAddr, cfg.ProbeAddr,
+		fmt.Sprintf("127.0.0.1:%d", cfg.MySQLPorts[0]), fmt.Sprintf("127.0.0.1:%d", cfg.MySQLPorts[1])} {
 		if err := portFree(addr); err != nil {
 			return nil, err
 		}
 	}
+	if err := mariadblocal.Available(); err != nil {
+		return nil, err
+	}
 	if err := p.resetState(); err != nil {
+		return nil, err
+	}
+	if err := p.startSites(ctx); err != nil {
 		return nil, err
 	}
 	if err := p.startControlPlane(); err != nil {
@@ -324,6 +340,28 @@ func (p *Playground) writeServingCertificate() error {
 	return pair.WriteTLSDir(p.Paths.TLSDir)
 }
 
+// Credentials of the playground's MariaDB administrative account, kept in
+// the Secret playground/playground-mysql.
+const (
+	MySQLUser     = "bloodraven"
+	MySQLPassword = "playground-only"
+	MySQLSecret   = "playground-mysql"
+)
+
+// startSites starts the iad and pdx MariaDB servers, pdx replicating from
+// iad with GTIDs.
+func (p *Playground) startSites(ctx context.Context) error {
+	p.logf(">> starting MariaDB sites iad (127.0.0.1:%d) and pdx (127.0.0.1:%d)", p.cfg.MySQLPorts[0], p.cfg.MySQLPorts[1])
+	for i, name := range []string{"iad", "pdx"} {
+		s, err := mariadblocal.Start(ctx, filepath.Join(p.cfg.StateDir, "mysql", name), name, p.cfg.MySQLPorts[i], i+1, MySQLUser, MySQLPassword)
+		if err != nil {
+			return err
+		}
+		p.Sites = append(p.Sites, s)
+	}
+	return p.Sites[1].ReplicateFrom(ctx, p.Sites[0])
+}
+
 // installWebhooks registers the generated webhook configuration
 // (config/webhook) with the API server, pointed at the operator's TLS
 // listener on loopback and trusting the playground CA.
@@ -420,9 +458,8 @@ func (p *Playground) StartOperator(ctx context.Context, l Listeners, logPath str
 		"--metrics-bind-address="+l.Metrics,
 		"--health-probe-bind-address="+l.Probe,
 		"--operator-identity="+OperatorIdentity(),
-		// Simulated sites until the MySQL driver lands: bootstrap and
-		// failovers change status and fence leases, but no data moves.
-		"--topology-driver=simulated",
+		// Real MariaDB sites: failovers move the writable primary.
+		"--topology-driver=mysql",
 		"--probe-interval=2s",
 	)
 	cmd.Env = append(os.Environ(),
@@ -500,9 +537,19 @@ func (p *Playground) createScene(ctx context.Context, c client.Client, kube kube
 	objs := []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: PlaygroundNamespace}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: DeployServiceAccount, Namespace: PlaygroundNamespace}},
+		&corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: MySQLSecret, Namespace: PlaygroundNamespace},
+			StringData: map[string]string{"username": MySQLUser, "password": MySQLPassword},
+		},
 		&v1.MysqlFailoverGroup{
 			ObjectMeta: metav1.ObjectMeta{Name: GroupName, Namespace: PlaygroundNamespace},
-			Spec:       v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}, {Name: "pdx"}}},
+			Spec: v1.MysqlFailoverGroupSpec{
+				Sites: []v1.Site{
+					{Name: "iad", Host: "127.0.0.1", Port: int32(p.cfg.MySQLPorts[0])},
+					{Name: "pdx", Host: "127.0.0.1", Port: int32(p.cfg.MySQLPorts[1])},
+				},
+				CredentialsSecretRef: &v1.SecretReference{Name: MySQLSecret},
+			},
 		},
 		&v1.MysqlDatabase{
 			ObjectMeta: metav1.ObjectMeta{Name: DatabaseName, Namespace: PlaygroundNamespace},
@@ -536,6 +583,9 @@ func (p *Playground) Exited() <-chan error { return p.operator.Exited() }
 func (p *Playground) Down() error {
 	var errs []error
 	p.operator.Stop()
+	for _, s := range p.Sites {
+		s.Stop()
+	}
 	if p.env != nil {
 		if err := p.env.Stop(); err != nil {
 			errs = append(errs, fmt.Errorf("stop control plane: %w", err))

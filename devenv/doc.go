@@ -19,5 +19,6 @@
 //
 // Not guaranteed: this is a development playground. There is no kubelet, no
 // controller-manager (no garbage collection) and no persistence across runs;
-// the sites have no MySQL servers behind them until the topology driver lands.
+// the two MariaDB sites (iad, pdx; GTID replication) run on loopback with
+// their data under the state directory.
 package devenv

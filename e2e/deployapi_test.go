@@ -16,8 +16,10 @@ import (
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/mariadblocal"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 	"github.com/shipstream/bloodraven/testenv"
+	mysqldriver "github.com/shipstream/bloodraven/topology/mysql"
 )
 
 type tlsClient struct {
@@ -61,7 +63,8 @@ func TestDeployAPIOverTLSAcrossLeaderChange(t *testing.T) {
 	root := testenv.RepoRoot()
 	ctx := context.Background()
 	cfg := devenv.Config{Root: root, StateDir: t.TempDir(), OperatorBinary: buildOperator(t, root),
-		TLSAddr: freeAddr(t), AuxAddr: freeAddr(t), MetricsAddr: freeAddr(t), ProbeAddr: freeAddr(t)}
+		TLSAddr: freeAddr(t), AuxAddr: freeAddr(t), MetricsAddr: freeAddr(t), ProbeAddr: freeAddr(t),
+		MySQLPorts: [2]int{freePort(t), freePort(t)}}
 	p, err := devenv.Up(ctx, cfg)
 	if err != nil {
 		t.Fatalf("playground up: %v", err)
@@ -95,17 +98,15 @@ func TestDeployAPIOverTLSAcrossLeaderChange(t *testing.T) {
 	}
 	leaseToken, _ := grant["token"].(string)
 
-	// A planned failover (simulated sites) bumps the generation and fences
-	// op-1; its tombstone is written by the leader.
+	// A planned failover moves the MariaDB primary, bumps the generation and
+	// fences op-1; its tombstone is written by the leader.
 	admin, err := client.New(p.AdminConfig, client.Options{Scheme: bloodravenscheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := &v1.MysqlFailoverGroup{}
 	key := client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.GroupName}
-	if err := admin.Get(ctx, key, g); err != nil {
-		t.Fatal(err)
-	}
+	waitFor(t, 30*time.Second, func() bool { _ = admin.Get(ctx, key, g); return g.Status.TopologyGeneration == 1 })
 	startGen := g.Status.TopologyGeneration
 	g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "e2e-1", TargetSite: "pdx"}
 	if err := admin.Update(ctx, g); err != nil {
@@ -115,6 +116,33 @@ func TestDeployAPIOverTLSAcrossLeaderChange(t *testing.T) {
 		_ = admin.Get(ctx, key, g)
 		return g.Status.TopologyGeneration == startGen+1 && g.Status.ActiveSite == "pdx"
 	})
+	t.Logf("planned failover iad -> pdx: %+v", g.Status.PlannedFailover)
+	// The writable MariaDB primary really moved, and carries the fence.
+	readOnly := func(s *mariadblocal.Server) int {
+		db, err := s.Root()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var ro int
+		if err := db.QueryRow("SELECT @@global.read_only").Scan(&ro); err != nil {
+			t.Fatal(err)
+		}
+		return ro
+	}
+	if readOnly(p.Sites[0]) != 1 || readOnly(p.Sites[1]) != 0 {
+		t.Fatalf("read_only iad=%d pdx=%d, want iad fenced and pdx writable", readOnly(p.Sites[0]), readOnly(p.Sites[1]))
+	}
+	pdxDB, err := p.Sites[1].Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pdxDB.Close()
+	var fenceGen int64
+	var fenceSite string
+	if err := pdxDB.QueryRow(mysqldriver.FenceQuery).Scan(&fenceGen, &fenceSite); err != nil || fenceGen != startGen+1 || fenceSite != "pdx" {
+		t.Fatalf("fence on pdx = %d %q %v", fenceGen, fenceSite, err)
+	}
 	if st, body := c.call(http.MethodPut, leader+"/leases/migration/op-1", map[string]any{"token": leaseToken}); st != http.StatusConflict || body["error"] != "revoked" {
 		t.Fatalf("renew across the bump: %d %v", st, body)
 	}

@@ -51,6 +51,16 @@ func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
 	}
 }
 
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
 func buildOperator(t *testing.T, root string) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "bloodraven")
@@ -75,6 +85,7 @@ func TestPlaygroundComesUpAsDocumented(t *testing.T) {
 		AuxAddr:        freeAddr(t),
 		MetricsAddr:    freeAddr(t),
 		ProbeAddr:      freeAddr(t),
+		MySQLPorts:     [2]int{freePort(t), freePort(t)},
 	}
 	start := time.Now()
 	p, err := devenv.Up(ctx, cfg)
@@ -104,7 +115,7 @@ func TestPlaygroundComesUpAsDocumented(t *testing.T) {
 		t.Logf("kubectl get mysqlfailovergroups -A:\n%s", out)
 	})
 
-	t.Run("the controller bootstraps the simulated sites to generation 1", func(t *testing.T) {
+	t.Run("the controller bootstraps the MariaDB sites to generation 1", func(t *testing.T) {
 		admin, err := client.New(p.AdminConfig, client.Options{Scheme: bloodravenscheme.New()})
 		if err != nil {
 			t.Fatal(err)

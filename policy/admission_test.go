@@ -103,6 +103,8 @@ func TestDecideTopology(t *testing.T) {
 			in: TopologyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(time.Minute), Sites: sites(down("iad"), down("pdx"))}, want: ActionNone},
 		"primary back: clear the mark": {
 			in: TopologyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(time.Second), Sites: sites(primary("iad"), replica("pdx", 0))}, want: ActionClearLost},
+		"a fenced site that does not replicate rejoins": {
+			in: TopologyInput{ActiveSite: "pdx", Sites: sites(topology.SiteState{Name: "iad", Reachable: true}, primary("pdx"))}, want: ActionRejoin, wantSite: "iad"},
 		"read-only primary is reasserted": {
 			in: TopologyInput{ActiveSite: "iad", Sites: sites(replica("iad", 0), replica("pdx", 0))}, want: ActionReassert, wantSite: "iad"},
 	}

@@ -33,6 +33,9 @@ const (
 	// ActionReassert makes the reachable, read-only active site writable
 	// again when no other site is.
 	ActionReassert
+	// ActionRejoin points a reachable, read-only site that does not
+	// replicate (a fenced former primary) at the active site.
+	ActionRejoin
 )
 
 // TopologyInput is what the safety paths need. It deliberately has no
@@ -100,6 +103,11 @@ func DecideTopology(in TopologyInput) TopologyDecision {
 	}
 	if !active.Writable {
 		return TopologyDecision{Action: ActionReassert, Site: in.ActiveSite, Reason: "active site is read-only"}
+	}
+	for _, s := range in.Sites {
+		if s.Name != in.ActiveSite && s.Reachable && !s.Writable && !s.ReplicationRunning {
+			return TopologyDecision{Action: ActionRejoin, Site: s.Name, Reason: "fenced site does not replicate"}
+		}
 	}
 	return TopologyDecision{Action: ActionNone}
 }

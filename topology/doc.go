@@ -49,6 +49,13 @@ type Driver interface {
 	RestoreSite(ctx context.Context, g *v1.MysqlFailoverGroup, site, id string) error
 }
 
+// Rejoiner is implemented by drivers that can point a fenced site back at the
+// primary. Rejoin must refuse (and leave the site fenced) when the site holds
+// transactions the primary never had.
+type Rejoiner interface {
+	Rejoin(ctx context.Context, g *v1.MysqlFailoverGroup, site, primary string) error
+}
+
 // ErrNoDriver is returned by the stand-in used when no driver is configured.
 var ErrNoDriver = errors.New("no topology driver configured")
 

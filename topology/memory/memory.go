@@ -171,3 +171,16 @@ func (d *Driver) Generation(g *v1.MysqlFailoverGroup, name string) int64 {
 	}
 	return 0
 }
+
+// Rejoin makes a fenced site replicate from primary.
+func (d *Driver) Rejoin(_ context.Context, g *v1.MysqlFailoverGroup, name, primary string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.sites[key(g, name)]
+	if !ok || !s.reachable || s.writable {
+		return fmt.Errorf("rejoin %s: site unreachable or not fenced", name)
+	}
+	s.replicating = true
+	d.Calls = append(d.Calls, "rejoin "+name+" "+primary)
+	return nil
+}

@@ -18,7 +18,7 @@ type dialect struct {
 	waitGTID string
 	// column names in SHOW REPLICA STATUS
 	ioRunning, sqlRunning, lag, lastIOErrno string
-	stopReplica, resetReplica, startReplica   string
+	stopReplica, resetReplica, startReplica string
 	// changeSource is a format: host, port, user, password.
 	changeSource string
 }
