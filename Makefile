@@ -25,7 +25,8 @@ KUBE_APISERVER := $(BIN)/kube-apiserver
 KUBECTL        := $(BIN)/kubectl
 ETCD           := $(BIN)/etcd
 CONTROLLER_GEN := $(BIN)/controller-gen
-TOOLS := $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(CONTROLLER_GEN)
+HELM           := $(BIN)/helm
+TOOLS := $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(CONTROLLER_GEN) $(HELM)
 
 export KUBEBUILDER_ASSETS := $(BIN)
 
@@ -35,7 +36,7 @@ all: build
 ##@ Tools
 
 .PHONY: tools
-tools: $(TOOLS) ## Build kube-apiserver, kubectl, etcd and controller-gen into ./bin (a no-op when up to date).
+tools: $(TOOLS) ## Build kube-apiserver, kubectl, etcd, controller-gen and helm into ./bin (a no-op when up to date).
 
 $(KUBE_APISERVER): hack/tools/kube/go.mod hack/tools/kube/go.sum
 	@echo ">> building kube-apiserver $(KUBE_VERSION) from the module proxy (first build: about 15 min on 2 cores; package names show progress)"
@@ -57,9 +58,14 @@ $(CONTROLLER_GEN): hack/tools/gen/go.mod hack/tools/gen/go.sum
 	cd hack/tools/gen && $(GO) build -trimpath -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
 	@touch $@
 
+$(HELM): hack/tools/helm/go.mod hack/tools/helm/go.sum
+	@echo ">> building helm"
+	cd hack/tools/helm && $(GO) build -trimpath -o $@ helm.sh/helm/v3/cmd/helm
+	@touch $@
+
 ##@ Generate
 
-GENERATED_DIRS := api config
+GENERATED_DIRS := api config charts/bloodraven/crds charts/bloodraven/files
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, CRDs and RBAC from the Go types and markers.
@@ -67,6 +73,10 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, CRDs and RBAC from the Go ty
 	$(CONTROLLER_GEN) crd:allowDangerousTypes=true rbac:roleName=bloodraven webhook paths=./... \
 		output:crd:artifacts:config=config/crd output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
+	@# The chart carries the same generated CRDs, RBAC rules and webhook rules.
+	cp config/crd/*.yaml charts/bloodraven/crds/
+	cp config/rbac/role.yaml charts/bloodraven/files/clusterrole.yaml
+	cp config/webhook/manifests.yaml charts/bloodraven/files/webhooks.yaml
 
 .PHONY: check-generate
 check-generate: generate ## Fail when generated files differ from what is committed.
@@ -98,7 +108,7 @@ FUZZTIME ?= 10s
 FUZZ_TARGETS := deployapi:FuzzDecodeGrant deployapi:FuzzDecodeRenew
 
 .PHONY: test
-test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, then a short fuzz run of the decoders.
+test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) mariadb lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, then a short fuzz run of the decoders.
 	$(GO) test -race -count=1 ./...
 	@$(MAKE) --no-print-directory fuzz
 

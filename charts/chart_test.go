@@ -1,0 +1,245 @@
+// Package charts tests the Helm chart: lint, golden renders, the
+// NetworkPolicy's shape, refusals of misconfiguration, and a server-side
+// dry-run of every rendered manifest against the real test kube-apiserver.
+package charts
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/shipstream/bloodraven/testenv"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, &env)) }
+
+func helm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	bin := filepath.Join(testenv.RepoRoot(), "bin", "helm")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s missing: run `make tools`", bin)
+	}
+	var out, errb bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	err := cmd.Run()
+	if err != nil {
+		return out.String() + errb.String(), fmt.Errorf("helm %v: %w: %s", args, err, errb.String())
+	}
+	return out.String(), nil
+}
+
+func chartDir() string { return filepath.Join(testenv.RepoRoot(), "charts", "bloodraven") }
+
+// render runs helm template with --set values, in namespace bloodraven.
+func render(t *testing.T, sets ...string) (string, error) {
+	args := []string{"template", "bloodraven", chartDir(), "--namespace", "bloodraven", "--include-crds"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	return helm(t, args...)
+}
+
+var cases = map[string][]string{
+	"default":           nil,
+	"deploy-api":        {"auxiliary.deployAPI.enabled=true"},
+	"additional-ingress": {"auxiliary.deployAPI.enabled=true",
+		"auxiliary.deployAPI.networkPolicy.additionalIngress[0].from[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=database-system",
+		"auxiliary.deployAPI.networkPolicy.additionalIngress[0].from[0].podSelector.matchLabels.app\\.kubernetes\\.io/name=escrow-client",
+		"auxiliary.deployAPI.networkPolicy.additionalIngress[0].ports[0].protocol=TCP",
+		"auxiliary.deployAPI.networkPolicy.additionalIngress[0].ports[0].port=8443"},
+}
+
+func TestLint(t *testing.T) {
+	for _, sets := range [][]string{nil, {"auxiliary.deployAPI.enabled=true"}} {
+		args := []string{"lint", chartDir()}
+		for _, s := range sets {
+			args = append(args, "--set", s)
+		}
+		if out, err := helm(t, args...); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+}
+
+func TestGoldenRenders(t *testing.T) {
+	for name, sets := range cases {
+		t.Run(name, func(t *testing.T) {
+			out, err := render(t, sets...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", name+".golden.yaml")
+			if *update {
+				if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run: go test ./charts -update)", err)
+			}
+			if string(want) != out {
+				t.Fatalf("render differs from %s; run `go test ./charts -update` and review the diff", golden)
+			}
+		})
+	}
+}
+
+// docs splits a render into objects.
+func docs(t *testing.T, out string) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			break
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+	return objs
+}
+
+func find(objs []*unstructured.Unstructured, kind string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func TestNetworkPolicyShape(t *testing.T) {
+	out, err := render(t, cases["additional-ingress"]...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nps := find(docs(t, out), "NetworkPolicy")
+	if len(nps) != 1 {
+		t.Fatalf("%d NetworkPolicies", len(nps))
+	}
+	data, _ := yaml.Marshal(nps[0].Object)
+	var np networkingv1.NetworkPolicy
+	if err := yaml.UnmarshalStrict(data, &np); err != nil {
+		t.Fatal(err)
+	}
+	if len(np.Spec.PolicyTypes) != 1 || np.Spec.PolicyTypes[0] != networkingv1.PolicyTypeIngress || len(np.Spec.Egress) != 0 {
+		t.Fatalf("policy types %v egress %v: want Ingress only, no egress", np.Spec.PolicyTypes, np.Spec.Egress)
+	}
+	if np.Spec.PodSelector.MatchLabels["app.kubernetes.io/name"] != "bloodraven" {
+		t.Fatalf("pod selector %v", np.Spec.PodSelector)
+	}
+	if len(np.Spec.Ingress) != 3 {
+		t.Fatalf("%d ingress rules, want TLS, open ports, additional", len(np.Spec.Ingress))
+	}
+	tlsRule := np.Spec.Ingress[0]
+	if len(tlsRule.Ports) != 1 || tlsRule.Ports[0].Port.IntVal != 8443 || len(tlsRule.From) != 2 {
+		t.Fatalf("TLS rule %+v", tlsRule)
+	}
+	and := tlsRule.From[0]
+	if and.PodSelector == nil || and.NamespaceSelector == nil ||
+		and.PodSelector.MatchLabels["bloodraven.shipstream.io/deploy-client"] != "true" ||
+		and.NamespaceSelector.MatchLabels["shipstream.io/mysql-client"] != "true" {
+		t.Fatalf("the deploy-client peer must carry both selectors in one entry (AND): %+v", and)
+	}
+	sidecar := tlsRule.From[1]
+	if sidecar.NamespaceSelector == nil || len(sidecar.NamespaceSelector.MatchLabels) != 0 ||
+		sidecar.PodSelector.MatchLabels["app.kubernetes.io/name"] != "mysql" || sidecar.PodSelector.MatchLabels["app.kubernetes.io/managed-by"] != "bloodraven" {
+		t.Fatalf("sidecar peer %+v", sidecar)
+	}
+	open := np.Spec.Ingress[1]
+	if len(open.From) != 0 {
+		t.Fatalf("ports 8080-8082 must be open to any source: %+v", open)
+	}
+	var ports []int32
+	for _, p := range open.Ports {
+		ports = append(ports, p.Port.IntVal)
+	}
+	if fmt.Sprint(ports) != "[8080 8081 8082]" {
+		t.Fatalf("open ports %v", ports)
+	}
+	extra := np.Spec.Ingress[2]
+	if extra.From[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "database-system" || *extra.Ports[0].Port != intstr.FromInt32(8443) {
+		t.Fatalf("additionalIngress not appended as written: %+v", extra)
+	}
+	if out, err := render(t); err != nil || len(find(docs(t, out), "NetworkPolicy")) != 0 {
+		t.Fatalf("a NetworkPolicy without the deploy API (err %v)", err)
+	}
+}
+
+func TestMisconfigurationFailsWithItsMessage(t *testing.T) {
+	tests := map[string]struct {
+		sets []string
+		want string
+	}{
+		"deploy API without escrow TLS": {[]string{"auxiliary.deployAPI.enabled=true", "auxiliary.escrowTLS.enabled=false", "webhooks.enabled=false"},
+			"auxiliary.deployAPI.enabled=true requires auxiliary.escrowTLS.enabled=true"},
+		"deploy API without leader election": {[]string{"auxiliary.deployAPI.enabled=true", "leaderElection.enabled=false"},
+			"requires leaderElection.enabled=true"},
+		"escrow TLS without a Secret": {[]string{"auxiliary.escrowTLS.existingSecret="},
+			"requires auxiliary.escrowTLS.existingSecret"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			out, err := render(t, tc.sets...)
+			if err == nil || !strings.Contains(out, tc.want) {
+				t.Fatalf("err=%v output %q, want failure mentioning %q", err, out, tc.want)
+			}
+		})
+	}
+}
+
+// Every rendered manifest is accepted by the real API server (server-side
+// dry-run); CRDs are applied for real first, as helm would.
+func TestRenderedManifestsAreAcceptedByTheAPIServer(t *testing.T) {
+	out, err := render(t, cases["additional-ingress"]...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c := env.Client
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bloodraven"}}); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+	objs := docs(t, out)
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[o.GetKind()]++
+		err := c.Create(ctx, o, client.DryRunAll)
+		if err != nil && strings.Contains(err.Error(), "already exists") && o.GetKind() == "CustomResourceDefinition" {
+			continue // envtest installed the same CRDs
+		}
+		if err != nil {
+			t.Errorf("%s %s rejected: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+	for _, k := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment", "ValidatingWebhookConfiguration", "NetworkPolicy", "CustomResourceDefinition"} {
+		if kinds[k] == 0 {
+			t.Errorf("render has no %s", k)
+		}
+	}
+}
