@@ -14,8 +14,8 @@ import (
 	"strings"
 	"testing"
 
-	networkingv1 "k8s.io/api/networking/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -61,8 +61,8 @@ func render(t *testing.T, sets ...string) (string, error) {
 }
 
 var cases = map[string][]string{
-	"default":           nil,
-	"deploy-api":        {"auxiliary.deployAPI.enabled=true"},
+	"default":    nil,
+	"deploy-api": {"auxiliary.deployAPI.enabled=true"},
 	"additional-ingress": {"auxiliary.deployAPI.enabled=true",
 		"auxiliary.deployAPI.networkPolicy.additionalIngress[0].from[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=database-system",
 		"auxiliary.deployAPI.networkPolicy.additionalIngress[0].from[0].podSelector.matchLabels.app\\.kubernetes\\.io/name=escrow-client",
