@@ -308,13 +308,16 @@ func leaseParams(r *request) (leases.Kind, string, *apiError) {
 	return kind, op, nil
 }
 
-// ownRecord is the operation's record in o: for the migration mutex, only
-// while the operation is the one recorded.
-func ownRecord(o *leases.Object, op string) *leases.Record {
-	if o == nil || o.Record.OperationID != op {
-		return nil
+// loadOwn reads the Lease name and the operation's record in it (for the
+// migration mutex, only while op is the operation recorded), and notes the
+// instance for the log line.
+func (s *Server) loadOwn(r *request, namespace, name, op string, fresh bool) (*leases.Object, *leases.Record, error) {
+	obj, err := s.leases.Get(r.ctx, namespace, name, fresh)
+	if err != nil || obj == nil || obj.Record.OperationID != op {
+		return obj, nil, err
 	}
-	return o.Record
+	r.instance = obj.Record.Instance
+	return obj, obj.Record, nil
 }
 
 // ---- PUT /deploy/v1/groups/{group}/leases/{kind}/{operationId}
@@ -352,13 +355,9 @@ func (s *Server) renew(r *request) (int, any, error) {
 	name := leases.LeaseName(kind, g.Name, op)
 	fresh := false
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		obj, err := s.leases.Get(r.ctx, g.Namespace, name, fresh)
+		obj, own, err := s.loadOwn(r, g.Namespace, name, op, fresh)
 		if err != nil {
 			return 0, nil, err
-		}
-		own := ownRecord(obj, op)
-		if own != nil {
-			r.instance = own.Instance
 		}
 		var tomb *leases.Record
 		if own == nil && fresh {
@@ -429,13 +428,9 @@ func (s *Server) release(r *request) (int, any, error) {
 	name := leases.LeaseName(kind, g.Name, op)
 	fresh := false
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		obj, err := s.leases.Get(r.ctx, g.Namespace, name, fresh)
+		obj, own, err := s.loadOwn(r, g.Namespace, name, op, fresh)
 		if err != nil {
 			return 0, nil, err
-		}
-		own := ownRecord(obj, op)
-		if own != nil {
-			r.instance = own.Instance
 		}
 		now := s.clock.Now()
 		d := policy.DecideRelease(own, token, now)

@@ -18,7 +18,6 @@ import (
 	"github.com/shipstream/bloodraven/devenv"
 	"github.com/shipstream/bloodraven/mariadblocal"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
-	"github.com/shipstream/bloodraven/testenv"
 	mysqldriver "github.com/shipstream/bloodraven/topology/mysql"
 )
 
@@ -60,20 +59,8 @@ func (c *tlsClient) call(method, url string, body any, headers ...string) (int, 
 // the leader stops, the follower takes over and every lease and tombstone
 // the first one wrote is still in force.
 func TestDeployAPIOverTLSAcrossLeaderChange(t *testing.T) {
-	root := testenv.RepoRoot()
 	ctx := context.Background()
-	cfg := devenv.Config{Root: root, StateDir: t.TempDir(), OperatorBinary: buildOperator(t, root),
-		TLSAddr: freeAddr(t), AuxAddr: freeAddr(t), MetricsAddr: freeAddr(t), ProbeAddr: freeAddr(t),
-		MySQLPorts: [2]int{freePort(t), freePort(t)}}
-	p, err := devenv.Up(ctx, cfg)
-	if err != nil {
-		t.Fatalf("playground up: %v", err)
-	}
-	defer func() {
-		if err := p.Down(); err != nil {
-			t.Errorf("down: %v", err)
-		}
-	}()
+	p, cfg := upPlayground(t)
 	caPEM, err := os.ReadFile(p.Paths.CACert)
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/devenv"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
-	"github.com/shipstream/bloodraven/testenv"
 	"github.com/shipstream/bloodraven/topology"
 	mysqldriver "github.com/shipstream/bloodraven/topology/mysql"
 )
@@ -21,20 +20,8 @@ import (
 // emergency promotion by the operator; the returning old primary is fenced
 // read-only, then re-pointed at the new primary.
 func TestEmergencyFailoverOfRealMariaDB(t *testing.T) {
-	root := testenv.RepoRoot()
 	ctx := context.Background()
-	cfg := devenv.Config{Root: root, StateDir: t.TempDir(), OperatorBinary: buildOperator(t, root),
-		TLSAddr: freeAddr(t), AuxAddr: freeAddr(t), MetricsAddr: freeAddr(t), ProbeAddr: freeAddr(t),
-		MySQLPorts: [2]int{freePort(t), freePort(t)}}
-	p, err := devenv.Up(ctx, cfg)
-	if err != nil {
-		t.Fatalf("playground up: %v", err)
-	}
-	defer func() {
-		if err := p.Down(); err != nil {
-			t.Errorf("down: %v", err)
-		}
-	}()
+	p, _ := upPlayground(t)
 	admin, err := client.New(p.AdminConfig, client.Options{Scheme: bloodravenscheme.New()})
 	if err != nil {
 		t.Fatal(err)

@@ -30,14 +30,28 @@ import (
 	"github.com/shipstream/bloodraven/testenv"
 )
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t *testing.T) string { return testenv.FreeAddr(t) }
+
+func freePort(t *testing.T) int { return testenv.FreePort(t) }
+
+// upPlayground builds the operator and brings up a playground on free ports
+// in a temporary state directory; it is stopped when the test ends.
+func upPlayground(t *testing.T) (*devenv.Playground, devenv.Config) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	root := testenv.RepoRoot()
+	cfg := devenv.Config{Root: root, StateDir: t.TempDir(), OperatorBinary: buildOperator(t, root),
+		TLSAddr: freeAddr(t), AuxAddr: freeAddr(t), MetricsAddr: freeAddr(t), ProbeAddr: freeAddr(t),
+		MySQLPorts: [2]int{freePort(t), freePort(t)}}
+	p, err := devenv.Up(context.Background(), cfg)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("playground up: %v", err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Cleanup(func() {
+		if err := p.Down(); err != nil {
+			t.Errorf("down: %v", err)
+		}
+	})
+	return p, cfg
 }
 
 func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
@@ -49,16 +63,6 @@ func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func buildOperator(t *testing.T, root string) string {

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"net/http"
 	"runtime"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/shipstream/bloodraven/pki"
+	"github.com/shipstream/bloodraven/testenv"
 )
 
 func runtimeGosched() { runtime.Gosched(); time.Sleep(time.Millisecond) }
@@ -49,15 +49,7 @@ func TestTLSListenerOptionsParsesAddress(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+func freePort(t *testing.T) int { return testenv.FreePort(t) }
 
 // The TLS listener must pick up a rotated certificate without a restart, and
 // must speak HTTP/1.1 to clients that offer only it.
