@@ -199,6 +199,7 @@ func addDeployAPI(mgr ctrl.Manager, cfg *rest.Config, opts options, leader *serv
 		Leases:   store,
 		Log:      log.WithName("deployapi"),
 		Metrics:  ctrlmetrics.Registry,
+		Groups:   mgr.GetCache(),
 	})
 	if err != nil {
 		return err

@@ -85,6 +85,11 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		}
 	}
 	persisted := g.Status.DeepCopy()
+	if r.Metrics != nil { // the deferral series exist, at 0, from the first reconcile
+		for _, op := range []string{OpPlannedFailover, OpOrderedUpdate, OpRestoreInPlace} {
+			r.Metrics.Deferred.WithLabelValues(g.Namespace, g.Name, op)
+		}
+	}
 	var st step
 	st.after(r.probeInterval())
 

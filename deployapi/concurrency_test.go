@@ -249,6 +249,9 @@ func TestMetrics(t *testing.T) {
 	f := newFixture(t)
 	strangerNS := env.Namespace(t)
 	stranger := f.serviceAccountToken(strangerNS, "deploy", "bloodraven-deploy")
+	if text := gatherText(t, f.reg); !strings.Contains(text, `bloodraven_deploy_leases_active{group="playground",kind="migration",namespace="`+f.groupNS+`"} 0`) {
+		t.Errorf("a group without leases does not report 0:\n%s", text)
+	}
 	f.grant("migration", "op-1", http.StatusCreated)
 	f.grant("failover-hold", "op-1", http.StatusCreated)
 	f.do(http.MethodGet, "/deploy/v1/groups/made-up-group-name", stranger, nil)

@@ -119,6 +119,7 @@ func (f *fixture) newServer() *Server {
 		Leases:   f.store,
 		Log:      funcr.NewJSON(func(obj string) { f.logs.add(obj) }, funcr.Options{}),
 		Metrics:  reg,
+		Groups:   env.Client,
 	})
 	if err != nil {
 		f.t.Fatal(err)

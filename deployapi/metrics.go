@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -18,7 +19,7 @@ type metrics struct {
 	duration *prometheus.HistogramVec
 }
 
-func newMetrics(reg prometheus.Registerer, store *leases.Store, clk clock.PassiveClock) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, store *leases.Store, groups client.Reader, clk clock.PassiveClock) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bloodraven_deploy_api_requests_total",
@@ -33,7 +34,7 @@ func newMetrics(reg prometheus.Registerer, store *leases.Store, clk clock.Passiv
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, &activeLeases{store: store, clock: clk}} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, &activeLeases{store: store, groups: groups, clock: clk}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register deploy API metrics: %w", err)
 		}
@@ -49,9 +50,12 @@ func (m *metrics) observe(handler, status, group string, d time.Duration) {
 // activeLeases counts live deployment leases at scrape time from the lease
 // cache, so the gauge never drifts from what is stored: an expired lease
 // stops counting the moment it expires, whether or not anything rewrote it.
+// Every group (from groups, when set) reports both kinds, 0 included, so the
+// series exist before the first lease.
 type activeLeases struct {
-	store *leases.Store
-	clock clock.PassiveClock
+	store  *leases.Store
+	groups client.Reader
+	clock  clock.PassiveClock
 }
 
 var activeLeasesDesc = prometheus.NewDesc("bloodraven_deploy_leases_active",
@@ -74,6 +78,16 @@ func (a *activeLeases) Collect(ch chan<- prometheus.Metric) {
 	}
 	type key struct{ ns, group, kind string }
 	counts := map[key]int{}
+	if a.groups != nil {
+		var gl v1.MysqlFailoverGroupList
+		if err := a.groups.List(ctx, &gl); err == nil {
+			for _, g := range gl.Items {
+				for _, k := range []leases.Kind{leases.KindMigration, leases.KindFailoverHold} {
+					counts[key{g.Namespace, g.Name, string(k)}] = 0
+				}
+			}
+		}
+	}
 	now := a.clock.Now()
 	for i := range list.Items {
 		rec, err := leases.Decode(&list.Items[i])

@@ -40,6 +40,9 @@ type Config struct {
 	Log logr.Logger
 	// Metrics registers the API's metrics; nil skips registration.
 	Metrics prometheus.Registerer
+	// Groups lists MysqlFailoverGroups (a cached reader is fine) so the
+	// active-lease gauge reports 0 for groups without leases; optional.
+	Groups client.Reader
 	// AuthCacheTTL and AuthCacheSize default to 15 s and 1,024.
 	AuthCacheTTL  time.Duration
 	AuthCacheSize int
@@ -79,7 +82,7 @@ func New(cfg Config) (*Server, error) {
 		authn:  newAuthenticator(cfg.Kube, cfg.Audience, cfg.Clock, cfg.AuthCacheTTL, cfg.AuthCacheSize),
 		log:    cfg.Log,
 	}
-	m, err := newMetrics(cfg.Metrics, cfg.Leases, cfg.Clock)
+	m, err := newMetrics(cfg.Metrics, cfg.Leases, cfg.Groups, cfg.Clock)
 	if err != nil {
 		return nil, err
 	}
