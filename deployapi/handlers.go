@@ -131,14 +131,24 @@ func (s *Server) getGroup(r *request) (int, any, error) {
 
 // ---- POST /deploy/v1/groups/{group}/leases
 
-type grantJSON struct {
+// leaseBody is the answer to a renewal, and (with the token) to a grant.
+type leaseBody struct {
 	Kind               string `json:"kind"`
 	OperationID        string `json:"operationId"`
 	Instance           string `json:"instance"`
-	Token              string `json:"token"`
 	ExpiresAt          string `json:"expiresAt"`
 	TopologyGeneration int64  `json:"topologyGeneration"`
 	TTLSeconds         int64  `json:"ttlSeconds"`
+}
+
+func bodyOf(rec *leases.Record) leaseBody {
+	return leaseBody{Kind: string(rec.Kind), OperationID: rec.OperationID, Instance: rec.Instance,
+		ExpiresAt: formatTime(rec.ExpiresAt), TopologyGeneration: rec.Generation, TTLSeconds: rec.TTLSeconds}
+}
+
+type grantJSON struct {
+	leaseBody
+	Token string `json:"token"`
 }
 
 func (s *Server) grant(r *request) (int, any, error) {
@@ -225,8 +235,7 @@ func (s *Server) grant(r *request) (int, any, error) {
 			if d.Outcome == policy.OutcomeRegrant {
 				status = http.StatusOK
 			}
-			return status, grantJSON{Kind: string(kind), OperationID: rec.OperationID, Instance: rec.Instance, Token: token,
-				ExpiresAt: formatTime(rec.ExpiresAt), TopologyGeneration: rec.Generation, TTLSeconds: ttl}, nil
+			return status, grantJSON{leaseBody: bodyOf(rec), Token: token}, nil
 		case policy.OutcomeRevokeStale:
 			if _, err := s.leases.Revoke(r.ctx, g, d.RevokeOperation, leases.ReasonTopologyChanged); err != nil {
 				return 0, nil, err
@@ -322,15 +331,6 @@ func (s *Server) loadOwn(r *request, namespace, name, op string, fresh bool) (*l
 
 // ---- PUT /deploy/v1/groups/{group}/leases/{kind}/{operationId}
 
-type renewJSON struct {
-	Kind               string `json:"kind"`
-	OperationID        string `json:"operationId"`
-	Instance           string `json:"instance"`
-	ExpiresAt          string `json:"expiresAt"`
-	TopologyGeneration int64  `json:"topologyGeneration"`
-	TTLSeconds         int64  `json:"ttlSeconds"`
-}
-
 func (s *Server) renew(r *request) (int, any, error) {
 	group, e := groupParam(r)
 	if e != nil {
@@ -379,8 +379,7 @@ func (s *Server) renew(r *request) (int, any, error) {
 			} else if err != nil {
 				return 0, nil, err
 			}
-			return http.StatusOK, renewJSON{Kind: string(kind), OperationID: op, Instance: next.Instance,
-				ExpiresAt: formatTime(next.ExpiresAt), TopologyGeneration: next.Generation, TTLSeconds: ttl}, nil
+			return http.StatusOK, bodyOf(&next), nil
 		case policy.OutcomeRevokeStale:
 			if _, err := s.leases.Revoke(r.ctx, g, op, leases.ReasonTopologyChanged); err != nil {
 				return 0, nil, err

@@ -573,7 +573,25 @@ func (p *Playground) createScene(ctx context.Context, c client.Client, kube kube
 		return err
 	}
 	p.logf(">> playground scene created: group %s/%s, database %s, deploy token for %s/%s", PlaygroundNamespace, GroupName, DatabaseName, PlaygroundNamespace, DeployServiceAccount)
-	return nil
+	// Hand over a bootstrapped group: until then grants would meet the
+	// bootstrap transition (423) and be fenced by generation 1 right after.
+	g := &v1.MysqlFailoverGroup{}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: PlaygroundNamespace, Name: GroupName}, g); err == nil &&
+			g.Status.TopologyGeneration >= 1 && g.Status.Transition == nil {
+			p.logf(">> group bootstrapped: active site %s, topologyGeneration %d", g.Status.ActiveSite, g.Status.TopologyGeneration)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("group %s/%s not bootstrapped after 60s; see %s", PlaygroundNamespace, GroupName, p.Paths.OperatorLog)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Exited delivers the main operator's exit error, then is closed.

@@ -95,8 +95,9 @@ func TestDeployAPIOverTLSAcrossLeaderChange(t *testing.T) {
 	key := client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.GroupName}
 	waitFor(t, 30*time.Second, func() bool { _ = admin.Get(ctx, key, g); return g.Status.TopologyGeneration == 1 })
 	startGen := g.Status.TopologyGeneration
+	patch := client.MergeFrom(g.DeepCopy())
 	g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "e2e-1", TargetSite: "pdx"}
-	if err := admin.Update(ctx, g); err != nil {
+	if err := admin.Patch(ctx, g, patch); err != nil { // a merge patch: the operator writes the group too
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, func() bool {

@@ -47,6 +47,15 @@ func upPlayground(t *testing.T) (*devenv.Playground, devenv.Config) {
 		t.Fatalf("playground up: %v", err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() { // leave the evidence in the test output
+			for _, f := range []string{p.Paths.OperatorLog, filepath.Join(cfg.StateDir, "mysql", "iad", "mariadbd.log"), filepath.Join(cfg.StateDir, "mysql", "pdx", "mariadbd.log")} {
+				b, _ := os.ReadFile(f)
+				if len(b) > 6000 {
+					b = b[len(b)-6000:]
+				}
+				t.Logf("---- %s:\n%s", f, b)
+			}
+		}
 		if err := p.Down(); err != nil {
 			t.Errorf("down: %v", err)
 		}

@@ -18,6 +18,7 @@ type dialect struct {
 	waitGTID string
 	// column names in SHOW REPLICA STATUS
 	ioRunning, sqlRunning, lag, lastIOErrno string
+	sourceHost, sourcePort                  string
 	stopReplica, resetReplica, startReplica string
 	// changeSource is a format: host, port, user, password.
 	changeSource string
@@ -32,6 +33,7 @@ var mariaDB = dialect{
 	gtidExecuted:  "SELECT @@global.gtid_binlog_pos",
 	waitGTID:      "SELECT MASTER_GTID_WAIT(?, ?)",
 	ioRunning:     "Slave_IO_Running", sqlRunning: "Slave_SQL_Running", lag: "Seconds_Behind_Master", lastIOErrno: "Last_IO_Errno",
+	sourceHost: "Master_Host", sourcePort: "Master_Port",
 	stopReplica:  "STOP SLAVE",
 	resetReplica: "RESET SLAVE ALL",
 	startReplica: "START SLAVE",
@@ -49,6 +51,7 @@ var mySQL8 = dialect{
 	gtidExecuted:  "SELECT @@global.gtid_executed",
 	waitGTID:      "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)",
 	ioRunning:     "Replica_IO_Running", sqlRunning: "Replica_SQL_Running", lag: "Seconds_Behind_Source", lastIOErrno: "Last_IO_Errno",
+	sourceHost: "Source_Host", sourcePort: "Source_Port",
 	stopReplica:  "STOP REPLICA",
 	resetReplica: "RESET REPLICA ALL",
 	startReplica: "START REPLICA",

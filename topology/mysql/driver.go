@@ -271,16 +271,29 @@ func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target s
 	if err := t.exec(ctx, t.d.readOnlyOff...); err != nil {
 		return err
 	}
-	// Point every other reachable site at the new primary.
+	// Point every other reachable site at the new primary. A replica that
+	// already replicates from it is left alone: re-pointing discards its
+	// relay log, and with it what it received but has not applied yet.
 	for _, o := range others {
 		if err := o.exec(ctx, o.d.readOnlyOn...); err != nil {
 			return err
+		}
+		if o.replicatesFrom(ctx, tspec.Host, t.port) {
+			continue
 		}
 		if err := o.exec(ctx, o.d.stopReplica, o.d.changeSourceSQL(tspec.Host, t.port, user, pw), o.d.startReplica); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// replicatesFrom tells whether the site's replication threads run against
+// host:port.
+func (s *site) replicatesFrom(ctx context.Context, host string, port int) bool {
+	rs, err := s.replicaStatus(ctx)
+	return err == nil && rs[s.d.sourceHost] == host && rs[s.d.sourcePort] == strconv.Itoa(port) &&
+		rs[s.d.ioRunning] == "Yes" && rs[s.d.sqlRunning] == "Yes"
 }
 
 // waitFor waits until the site has applied gtid.
