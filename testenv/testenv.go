@@ -4,12 +4,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -167,16 +169,41 @@ func (e *Env) Namespace(t testing.TB) string {
 	return ns.Name
 }
 
-// FreeAddr returns a free 127.0.0.1:port (free when asked; a test that
-// needs several asks for each before using any).
+// Ports handed out by FreeAddr come from below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range starts at 32768 by default), so that no
+// outgoing connection or ":0" listener of a concurrently running test
+// process can take a port between the moment it is handed out and the
+// moment it is bound. Each port is handed out once per process.
+const (
+	freePortMin = 20000
+	freePortMax = 32000
+)
+
+var (
+	freeMu    sync.Mutex
+	handedOut = map[int]bool{}
+)
+
+// FreeAddr returns a free 127.0.0.1:port outside the ephemeral range.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	freeMu.Lock()
+	defer freeMu.Unlock()
+	for i := 0; i < 1000; i++ {
+		port := freePortMin + rand.IntN(freePortMax-freePortMin)
+		if handedOut[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		handedOut[port] = true
+		return ln.Addr().String()
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free port found")
+	return ""
 }
 
 // FreePort is FreeAddr's port.
