@@ -78,7 +78,7 @@ func TestSteadyRenewalCostsThreeAPIRequests(t *testing.T) {
 	// Let the cache see the grant, then renew once to warm the token cache.
 	waitCached(t, f, leases.MigrationName("playground"), g)
 	f.doWith(s, http.MethodPut, leasePath("migration", "op-1"), f.token, map[string]any{"token": g.str("token")})
-	time.Sleep(200 * time.Millisecond)
+	waitCacheCurrent(t, f, leases.MigrationName("playground"))
 	log.take()
 
 	r := f.doWith(s, http.MethodPut, leasePath("migration", "op-1"), f.token, map[string]any{"token": g.str("token")})
@@ -102,6 +102,22 @@ func TestSteadyRenewalCostsThreeAPIRequests(t *testing.T) {
 	if lists != 1 || groupGets != 1 || leaseWrites != 1 || other != 0 {
 		t.Fatalf("a steady renewal made %d requests %v; want 1 database list, 1 group read, 1 lease write", len(reqs), reqs)
 	}
+}
+
+// waitCacheCurrent waits until the lease cache holds the stored
+// resourceVersion of a Lease, so the next write carries a current one.
+func waitCacheCurrent(t testing.TB, f *fixture, name string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		stored, err1 := f.store.Get(f.ctx, f.groupNS, name, true)
+		cached, err2 := f.store.Get(f.ctx, f.groupNS, name, false)
+		if err1 == nil && err2 == nil && stored != nil && cached != nil && stored.Lease.ResourceVersion == cached.Lease.ResourceVersion {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("lease cache never caught up")
 }
 
 // waitCached waits until the lease cache holds the lease as granted.
