@@ -90,7 +90,7 @@ func (r *GroupReconciler) gate(ctx context.Context, g *v1.MysqlFailoverGroup, si
 }
 
 func (r *GroupReconciler) admit(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, target string) (policy.Admission, error) {
-	recs, err := r.groupLeases(ctx, g)
+	recs, err := r.Leases.List(ctx, g.Namespace, g.Name, true)
 	if err != nil {
 		return policy.Admission{}, err
 	}

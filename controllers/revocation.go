@@ -18,7 +18,7 @@ import (
 // leases past their expiry as expired. Idempotent across restarts: each pass
 // reads the leases fresh and revokes only what is still live.
 func (r *GroupReconciler) reconcileRevocations(ctx context.Context, g *v1.MysqlFailoverGroup) error {
-	recs, err := r.groupLeases(ctx, g)
+	recs, err := r.Leases.List(ctx, g.Namespace, g.Name, true)
 	if err != nil {
 		return err
 	}
@@ -52,7 +52,7 @@ func (r *GroupReconciler) reconcileRevocations(ctx context.Context, g *v1.MysqlF
 
 // revokeStale revokes every live lease granted under another generation.
 func (r *GroupReconciler) revokeStale(ctx context.Context, g *v1.MysqlFailoverGroup) error {
-	recs, err := r.groupLeases(ctx, g)
+	recs, err := r.Leases.List(ctx, g.Namespace, g.Name, true)
 	if err != nil {
 		return err
 	}
@@ -109,18 +109,4 @@ func (r *GroupReconciler) markExpired(ctx context.Context, g *v1.MysqlFailoverGr
 		}
 	}
 	return nil
-}
-
-// groupLeases reads the group's deployment lease records (not tombstones)
-// from the API server.
-func (r *GroupReconciler) groupLeases(ctx context.Context, g *v1.MysqlFailoverGroup) ([]*leases.Record, error) {
-	objs, err := r.Leases.ListObjects(ctx, g.Namespace, g.Name, true)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*leases.Record, len(objs))
-	for i, o := range objs {
-		out[i] = o.Record
-	}
-	return out, nil
 }

@@ -100,7 +100,7 @@ func (s *Server) getGroup(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	recs, err := s.leases.List(r.ctx, g.Namespace, g.Name)
+	recs, err := s.leases.List(r.ctx, g.Namespace, g.Name, false)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -317,6 +317,30 @@ func leaseParams(r *request) (leases.Kind, string, *apiError) {
 	return kind, op, nil
 }
 
+// leaseRoute checks a .../leases/{kind}/{operationId} request in the
+// contract's order: the path, then the body's shape (shape, when set), then
+// authorization. It returns the group read fresh.
+func (s *Server) leaseRoute(r *request, shape func() *apiError) (*v1.MysqlFailoverGroup, leases.Kind, string, error) {
+	group, e := groupParam(r)
+	if e != nil {
+		return nil, "", "", e
+	}
+	kind, op, e := leaseParams(r)
+	if e != nil {
+		return nil, "", "", e
+	}
+	if shape != nil {
+		if e := shape(); e != nil {
+			return nil, "", "", e
+		}
+	}
+	g, err := s.authorizeReq(r, group, "")
+	if err != nil {
+		return nil, "", "", err
+	}
+	return g, kind, op, nil
+}
+
 // loadOwn reads the Lease name and the operation's record in it (for the
 // migration mutex, only while op is the operation recorded), and notes the
 // instance for the log line.
@@ -332,23 +356,15 @@ func (s *Server) loadOwn(r *request, namespace, name, op string, fresh bool) (*l
 // ---- PUT /deploy/v1/groups/{group}/leases/{kind}/{operationId}
 
 func (s *Server) renew(r *request) (int, any, error) {
-	group, e := groupParam(r)
-	if e != nil {
-		return 0, nil, e
-	}
-	kind, op, e := leaseParams(r)
-	if e != nil {
-		return 0, nil, e
-	}
-	body, e := readBody(r.http)
-	if e != nil {
-		return 0, nil, e
-	}
-	req, e := decodeRenew(body)
-	if e != nil {
-		return 0, nil, e
-	}
-	g, err := s.authorizeReq(r, group, "")
+	var req renewRequest
+	g, kind, op, err := s.leaseRoute(r, func() *apiError {
+		body, e := readBody(r.http)
+		if e != nil {
+			return e
+		}
+		req, e = decodeRenew(body)
+		return e
+	})
 	if err != nil {
 		return 0, nil, err
 	}
@@ -411,19 +427,11 @@ func (s *Server) renew(r *request) (int, any, error) {
 // ---- DELETE /deploy/v1/groups/{group}/leases/{kind}/{operationId}
 
 func (s *Server) release(r *request) (int, any, error) {
-	group, e := groupParam(r)
-	if e != nil {
-		return 0, nil, e
-	}
-	kind, op, e := leaseParams(r)
-	if e != nil {
-		return 0, nil, e
-	}
-	token := r.http.Header.Get("X-Lease-Token")
-	g, err := s.authorizeReq(r, group, "")
+	g, kind, op, err := s.leaseRoute(r, nil)
 	if err != nil {
 		return 0, nil, err
 	}
+	token := r.http.Header.Get("X-Lease-Token")
 	name := leases.LeaseName(kind, g.Name, op)
 	fresh := false
 	for attempt := 0; attempt < maxAttempts; attempt++ {

@@ -197,10 +197,11 @@ func (s *Store) markRevoked(ctx context.Context, obj *Object, operationID, reaso
 	return nil, fmt.Errorf("revoke lease %s/%s: still conflicting after 10 attempts", obj.Lease.Namespace, obj.Lease.Name)
 }
 
-// List returns the group's deployment lease records (not tombstones), from
-// the cache when there is one, sorted by kind then operation.
-func (s *Store) List(ctx context.Context, namespace, group string) ([]*Record, error) {
-	objs, err := s.ListObjects(ctx, namespace, group, false)
+// List returns the group's deployment lease records (not tombstones),
+// sorted by kind then operation; fresh reads from the API server instead of
+// the cache.
+func (s *Store) List(ctx context.Context, namespace, group string, fresh bool) ([]*Record, error) {
+	objs, err := s.ListObjects(ctx, namespace, group, fresh)
 	if err != nil {
 		return nil, err
 	}

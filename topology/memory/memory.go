@@ -123,43 +123,34 @@ func (d *Driver) Promote(_ context.Context, g *v1.MysqlFailoverGroup, target str
 	return nil
 }
 
-// Fence makes a site read-only.
-func (d *Driver) Fence(_ context.Context, g *v1.MysqlFailoverGroup, name string) error {
+// act applies f to a reachable site and records call.
+func (d *Driver) act(g *v1.MysqlFailoverGroup, name, call string, f func(*site) error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s, ok := d.sites[key(g, name)]
 	if !ok || !s.reachable {
-		return fmt.Errorf("fence %s: site unreachable", name)
+		return fmt.Errorf("%s: site %s unreachable", call, name)
 	}
-	s.writable = false
-	d.Calls = append(d.Calls, "fence "+name)
+	if err := f(s); err != nil {
+		return err
+	}
+	d.Calls = append(d.Calls, call)
 	return nil
+}
+
+// Fence makes a site read-only.
+func (d *Driver) Fence(_ context.Context, g *v1.MysqlFailoverGroup, name string) error {
+	return d.act(g, name, "fence "+name, func(s *site) error { s.writable = false; return nil })
 }
 
 // UpdateSite records the revision.
 func (d *Driver) UpdateSite(_ context.Context, g *v1.MysqlFailoverGroup, name, revision string) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	s, ok := d.sites[key(g, name)]
-	if !ok || !s.reachable {
-		return fmt.Errorf("update %s: site unreachable", name)
-	}
-	s.revision = revision
-	d.Calls = append(d.Calls, "update "+name+" "+revision)
-	return nil
+	return d.act(g, name, "update "+name+" "+revision, func(s *site) error { s.revision = revision; return nil })
 }
 
 // RestoreSite records the restore.
 func (d *Driver) RestoreSite(_ context.Context, g *v1.MysqlFailoverGroup, name, id string) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	s, ok := d.sites[key(g, name)]
-	if !ok || !s.reachable {
-		return fmt.Errorf("restore %s: site unreachable", name)
-	}
-	s.restoredID = id
-	d.Calls = append(d.Calls, "restore "+name+" "+id)
-	return nil
+	return d.act(g, name, "restore "+name+" "+id, func(s *site) error { s.restoredID = id; return nil })
 }
 
 // Generation is the generation last written to a site by Promote.
@@ -174,13 +165,11 @@ func (d *Driver) Generation(g *v1.MysqlFailoverGroup, name string) int64 {
 
 // Rejoin makes a fenced site replicate from primary.
 func (d *Driver) Rejoin(_ context.Context, g *v1.MysqlFailoverGroup, name, primary string) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	s, ok := d.sites[key(g, name)]
-	if !ok || !s.reachable || s.writable {
-		return fmt.Errorf("rejoin %s: site unreachable or not fenced", name)
-	}
-	s.replicating = true
-	d.Calls = append(d.Calls, "rejoin "+name+" "+primary)
-	return nil
+	return d.act(g, name, "rejoin "+name+" "+primary, func(s *site) error {
+		if s.writable {
+			return fmt.Errorf("rejoin %s: site not fenced", name)
+		}
+		s.replicating = true
+		return nil
+	})
 }
