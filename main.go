@@ -29,7 +29,7 @@ import (
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/controllers"
 	"github.com/shipstream/bloodraven/deployapi"
-	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/leasestore"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 	"github.com/shipstream/bloodraven/server"
 	"github.com/shipstream/bloodraven/topology"
@@ -115,7 +115,7 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        bloodravenscheme.New(),
-		Cache:                         cache.Options{ByObject: leases.CacheByObject()},
+		Cache:                         cache.Options{ByObject: leasestore.CacheByObject()},
 		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
 		HealthProbeBindAddress:        opts.probeAddr,
 		WebhookServer:                 webhook.NewServer(tlsOpts),
@@ -137,7 +137,7 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 	}
 
 	clk := clock.RealClock{}
-	store := &leases.Store{Client: mgr.GetClient(), Cached: mgr.GetCache(), API: mgr.GetAPIReader(), Clock: clk}
+	store := &leasestore.Store{Client: mgr.GetClient(), Cached: mgr.GetCache(), API: mgr.GetAPIReader(), Clock: clk}
 	bloodravenwebhook.Register(mgr.GetWebhookServer(), mgr.GetScheme(), opts.operatorIdentity)
 	if err := addGroupController(mgr, opts, store, clk); err != nil {
 		return err
@@ -181,7 +181,7 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 // addDeployAPI mounts /deploy/v1 on the TLS listener. Leases are read from
 // the manager's cache and written with resourceVersion preconditions;
 // databases and groups are read uncached on every request.
-func addDeployAPI(mgr ctrl.Manager, cfg *rest.Config, opts options, leader *server.LeaderState, store *leases.Store, clk clock.PassiveClock, log logr.Logger) error {
+func addDeployAPI(mgr ctrl.Manager, cfg *rest.Config, opts options, leader *server.LeaderState, store *leasestore.Store, clk clock.PassiveClock, log logr.Logger) error {
 	// TokenReviews are built-in types: speak protobuf to the API server.
 	pcfg := rest.CopyConfig(cfg)
 	pcfg.ContentType = "application/vnd.kubernetes.protobuf"
@@ -210,7 +210,7 @@ func addDeployAPI(mgr ctrl.Manager, cfg *rest.Config, opts options, leader *serv
 
 // addGroupController registers the MysqlFailoverGroup controller (leader
 // only) with the configured topology driver.
-func addGroupController(mgr ctrl.Manager, opts options, store *leases.Store, clk clock.PassiveClock) error {
+func addGroupController(mgr ctrl.Manager, opts options, store *leasestore.Store, clk clock.PassiveClock) error {
 	var drv topology.Driver = topology.None{}
 	switch opts.topologyDriver {
 	case "simulated":

@@ -24,6 +24,8 @@ var (
 	EventEmergencyFailover       = eventKind{corev1.EventTypeWarning, "EmergencyFailover", "active site %s unreachable for %s: promoting %s"}
 	EventSiteFenced              = eventKind{corev1.EventTypeWarning, "SiteFenced", "fenced site %s (made read-only): %s"}
 	EventOperationCompleted      = eventKind{corev1.EventTypeNormal, "OperationCompleted", "%s %s completed"}
+	EventOperationFailed         = eventKind{corev1.EventTypeWarning, "OperationFailed", "%s %s failed: %s"}
+	EventTransitionRolledBack    = eventKind{corev1.EventTypeWarning, "TransitionRolledBack", "%s rolled back: site %s fenced read-only, generation unchanged: %s"}
 )
 
 func (e eventKind) emit(r record.EventRecorder, obj runtime.Object, args ...any) {

@@ -28,7 +28,7 @@ import (
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployapi"
-	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/testenv"
 	"github.com/shipstream/bloodraven/topology/memory"
 )
@@ -78,7 +78,7 @@ func newFixture(t *testing.T, withDriver bool) *fixture {
 	}
 	f.token = tr.Status.Token
 
-	store := &leases.Store{Client: env.Client, API: env.Client, Clock: f.clock}
+	store := &leasestore.Store{Client: env.Client, API: env.Client, Clock: f.clock}
 	if f.metrics, err = NewMetrics(f.reg); err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
 	"github.com/shipstream/bloodraven/topology"
 )
@@ -31,21 +31,32 @@ import (
 // tombstones itself, also where no garbage collector runs.
 const Finalizer = "bloodraven.shipstream.io/deployment-leases"
 
-// DefaultProbeInterval is how often a quiet group is probed again.
-const DefaultProbeInterval = 10 * time.Second
+// Defaults of the reconciler's timers.
+const (
+	// DefaultProbeInterval is how often a quiet group is probed again.
+	DefaultProbeInterval = 10 * time.Second
+	// DefaultPromoteTimeout is how long a transition whose promotion keeps
+	// failing stands before it is rolled back.
+	DefaultPromoteTimeout = 2 * time.Minute
+	// bookkeepingRetry is how soon failed lease bookkeeping is tried again.
+	bookkeepingRetry = 5 * time.Second
+	// waitRetry is how soon a waiting operation looks again.
+	waitRetry = 5 * time.Second
+)
 
 // GroupReconciler reconciles MysqlFailoverGroups.
 type GroupReconciler struct {
 	// Client writes; API reads fresh (uncached) from the API server.
 	Client client.Client
 	API    client.Reader
-	Leases *leases.Store
+	Leases *leasestore.Store
 	// Driver acts on the data plane; nil means topology.None.
-	Driver        topology.Driver
-	Clock         clock.PassiveClock
-	Recorder      record.EventRecorder
-	Metrics       *Metrics
-	ProbeInterval time.Duration
+	Driver         topology.Driver
+	Clock          clock.PassiveClock
+	Recorder       record.EventRecorder
+	Metrics        *Metrics
+	ProbeInterval  time.Duration
+	PromoteTimeout time.Duration
 }
 
 // step is the outcome of one part of a reconcile: when to look again.
@@ -69,7 +80,15 @@ func (r *GroupReconciler) driver() topology.Driver {
 	return r.Driver
 }
 
-// Reconcile brings one group a step closer to its desired state.
+// Reconcile brings one group a step closer to its desired state, in a fixed
+// order that makes the safety rules structural:
+//
+//  1. the safety paths (probe, policy.DecideTopology, act) run first, from
+//     their own inputs; they never read a deployment lease;
+//  2. lease bookkeeping runs next as its own step; its errors are logged
+//     and retried, and never return early;
+//  3. the planned operations run behind the admission gate;
+//  4. the observation is written to status, once, when it changed.
 func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	g := &v1.MysqlFailoverGroup{}
 	if err := r.API.Get(ctx, req.NamespacedName, g); err != nil {
@@ -93,27 +112,25 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	var st step
 	st.after(r.probeInterval())
 
-	if err := r.reconcileRevocations(ctx, g); err != nil {
-		return ctrl.Result{}, err
-	}
+	// 1. Safety paths.
 	sites, err := r.driver().Probe(ctx, g)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("probe: %w", err)
 	}
-	done, err := r.reconcileTopology(ctx, g, sites, &st)
+	acted, err := r.reconcileTopology(ctx, g, sites, &st)
+	// 2. Lease bookkeeping: after step 1, and never in its way.
+	r.reconcileLeases(ctx, g, &st)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if done { // the data plane changed: probe again before anything else
+	if acted { // the data plane changed: probe again before anything else
 		return ctrl.Result{Requeue: true}, nil
 	}
-	for _, op := range []func(context.Context, *v1.MysqlFailoverGroup, []topology.SiteState, *step) error{
-		r.reconcilePlannedFailover, r.reconcileOrderedUpdate, r.reconcileRestoreInPlace,
-	} {
-		if err := op(ctx, g, sites, &st); err != nil {
-			return ctrl.Result{}, err
-		}
+	// 3. Planned operations.
+	if err := r.reconcileOperations(ctx, g, sites, &st); err != nil {
+		return ctrl.Result{}, err
 	}
+	// 4. Observation.
 	if sites, err = r.driver().Probe(ctx, g); err != nil {
 		return ctrl.Result{}, fmt.Errorf("probe: %w", err)
 	}
@@ -137,6 +154,13 @@ func (r *GroupReconciler) probeInterval() time.Duration {
 	return DefaultProbeInterval
 }
 
+func (r *GroupReconciler) promoteTimeout() time.Duration {
+	if r.PromoteTimeout > 0 {
+		return r.PromoteTimeout
+	}
+	return DefaultPromoteTimeout
+}
+
 // writeStatus persists g.Status with g's resourceVersion; a Conflict means
 // someone else wrote first and the reconcile is retried from fresh state.
 func (r *GroupReconciler) writeStatus(ctx context.Context, g *v1.MysqlFailoverGroup) error {
@@ -157,8 +181,8 @@ func (r *GroupReconciler) observe(g *v1.MysqlFailoverGroup, sites []topology.Sit
 	for _, c := range conds {
 		setCondition(g, c.Type, c.True, c.Reason, c.Message, now)
 	}
-	held := g.Status.PlannedFailover != nil && g.Status.PlannedFailover.Phase == v1.PlannedFailoverPhasePromoting
-	setCondition(g, v1.ConditionAutomaticFailoverHeld, held, map[bool]string{true: "PlannedFailoverPromoting", false: "NoPlannedFailover"}[held], "", now)
+	held, reason := policy.AutomaticFailoverHeld(g.Status.PlannedFailover)
+	setCondition(g, v1.ConditionAutomaticFailoverHeld, held, reason, "", now)
 }
 
 func setCondition(g *v1.MysqlFailoverGroup, typ string, val bool, reason, msg string, now metav1.Time) {
@@ -179,18 +203,13 @@ func (r *GroupReconciler) finalize(ctx context.Context, g *v1.MysqlFailoverGroup
 	if !controllerutil.ContainsFinalizer(g, Finalizer) {
 		return nil
 	}
-	var list coordinationv1.LeaseList
-	if err := r.API.List(ctx, &list, client.InNamespace(g.Namespace), client.MatchingLabels{
-		leases.LabelDeployLease: "true", leases.LabelGroup: leases.GroupLabelValue(g.Name)}); err != nil {
-		return fmt.Errorf("list leases of deleted group: %w", err)
+	objs, err := r.Leases.ListAll(ctx, g.Namespace, g.Name)
+	if err != nil {
+		return fmt.Errorf("leases of deleted group: %w", err)
 	}
-	for i := range list.Items {
-		l := &list.Items[i]
-		if rec, err := leases.Decode(l); err == nil && rec.Group != g.Name {
-			continue
-		}
-		if err := r.Client.Delete(ctx, l); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("delete lease %s: %w", l.Name, err)
+	for _, o := range objs {
+		if err := r.Client.Delete(ctx, o.Lease); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete lease %s: %w", o.Lease.Name, err)
 		}
 	}
 	controllerutil.RemoveFinalizer(g, Finalizer)
@@ -233,12 +252,13 @@ func leaseDecisionChanged() predicate.Predicate {
 			if !ok1 || !ok2 {
 				return false
 			}
-			o, err1 := leases.Decode(oldL)
-			n, err2 := leases.Decode(newL)
+			o, err1 := leasestore.Decode(oldL)
+			n, err2 := leasestore.Decode(newL)
 			if err1 != nil || err2 != nil {
 				return err1 == nil || err2 == nil
 			}
-			return !o.ExpiresAt.Equal(n.ExpiresAt) || o.State != n.State || o.Generation != n.Generation
+			return !o.ExpiresAt.Equal(n.ExpiresAt) || o.State != n.State || o.Generation != n.Generation ||
+				o.OperationID != n.OperationID || o.GroupUID != n.GroupUID
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}

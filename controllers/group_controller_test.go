@@ -268,13 +268,13 @@ func TestOrderedUpdateAndRestoreDeferAndBumpTheGeneration(t *testing.T) {
 	holdTok, _ := f.grant("failover-hold", "op-1", 30)
 	f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.UpdateRevision = "r7" })
 	f.settle()
-	if g := f.get(); g.Status.UpdatePhase != PhaseDeferred || f.deferredCount(OpOrderedUpdate) != 1 {
+	if g := f.get(); g.Status.UpdatePhase != v1.PhaseDeferred || f.deferredCount(OpOrderedUpdate) != 1 {
 		t.Fatalf("ordered update during a hold: phase %q count %v", g.Status.UpdatePhase, f.deferredCount(OpOrderedUpdate))
 	}
 	f.call(http.MethodDelete, "/leases/failover-hold/op-1", nil, "X-Lease-Token", holdTok)
 	f.settle()
 	g := f.get()
-	if g.Status.UpdatePhase != PhaseCompleted || g.Status.UpdatedRevision != "r7" || g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 2 {
+	if g.Status.UpdatePhase != v1.PhaseCompleted || g.Status.UpdatedRevision != "r7" || g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 2 {
 		t.Fatalf("ordered update: phase %q rev %q %s/%d", g.Status.UpdatePhase, g.Status.UpdatedRevision, g.Status.ActiveSite, g.Status.TopologyGeneration)
 	}
 	if !slices.Contains(f.driver.Calls, "update pdx r7") || !slices.Contains(f.driver.Calls, "update iad r7") {
@@ -285,7 +285,7 @@ func TestOrderedUpdateAndRestoreDeferAndBumpTheGeneration(t *testing.T) {
 	f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.RestoreInPlace = &v1.RestoreInPlaceRequest{ID: "restore-1"} })
 	f.settle()
 	g = f.get()
-	if g.Status.RestoreInPlace != PhaseCompleted || g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 3 {
+	if g.Status.RestoreInPlace != v1.PhaseCompleted || g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 3 {
 		t.Fatalf("restore in place: phase %q %s/%d", g.Status.RestoreInPlace, g.Status.ActiveSite, g.Status.TopologyGeneration)
 	}
 	if !slices.Contains(f.driver.Calls, "restore pdx restore-1") {

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/leasestore"
 )
 
 func TestLeaseWatchPassesOnlyDecisionChanges(t *testing.T) {
@@ -17,7 +18,7 @@ func TestLeaseWatchPassesOnlyDecisionChanges(t *testing.T) {
 			Generation: 1, TTLSeconds: 30, ExpiresAt: base, GrantedAt: base, RenewedAt: base}
 		mutate(rec)
 		l := &coordinationv1.Lease{}
-		if err := leases.Encode(l, rec, nil, string(rec.Kind)); err != nil {
+		if err := leasestore.Encode(l, rec, nil); err != nil {
 			t.Fatal(err)
 		}
 		return l

@@ -21,24 +21,27 @@ const (
 
 // reconcileTopology takes the safety paths. It never reads a deployment
 // lease: policy.DecideTopology has no lease input. It reports whether it
-// changed the data plane.
+// changed the data plane or the fence.
 func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, st *step) (bool, error) {
 	budget := time.Duration(g.Spec.FailureDetectionSeconds) * time.Second
 	if budget <= 0 {
 		budget = 30 * time.Second
 	}
-	d := policy.DecideTopology(policy.TopologyInput{
-		Now: r.Clock.Now(), ActiveSite: g.Status.ActiveSite, Transition: g.Status.Transition != nil,
-		PrimaryLostAt: g.Status.PrimaryLostAt, Budget: budget, Sites: sites,
-	})
+	in := policy.TopologyInput{
+		Now: r.Clock.Now(), ActiveSite: g.Status.ActiveSite, PrimaryLostAt: g.Status.PrimaryLostAt,
+		Budget: budget, PromoteTimeout: r.promoteTimeout(), Sites: sites,
+	}
+	if t := g.Status.Transition; t != nil {
+		in.Transition = &policy.Transition{TargetSite: t.TargetSite, StartedAt: t.StartedAt.Time,
+			Failures: t.Failures, Bootstrap: t.Operation == OpBootstrap}
+	}
+	d := policy.DecideTopology(in)
 	st.after(d.RequeueAfter)
 	switch d.Action {
 	case policy.ActionResume:
-		t := g.Status.Transition
-		if !reachable(sites, t.TargetSite) {
-			return true, r.abandonTransition(ctx, g)
-		}
-		return true, r.promote(ctx, g, t.Operation, t.TargetSite)
+		return true, r.promote(ctx, g, g.Status.Transition.Operation, d.Site)
+	case policy.ActionRollBack:
+		return true, r.rollBack(ctx, g, d.Reason)
 	case policy.ActionBootstrap:
 		return true, r.promote(ctx, g, OpBootstrap, d.Site)
 	case policy.ActionFence:
@@ -75,6 +78,9 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 		}
 		return true, nil
 	}
+	if g.Status.Transition != nil && d.Reason != "" {
+		st.degraded = "TransitionWaiting: " + d.Reason
+	}
 	return false, nil
 }
 
@@ -83,7 +89,8 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 // the data plane, then writes activeSite and topologyGeneration+1 in one
 // status update, clears the transition, and revokes the leases the new
 // generation fences. Re-entered after a crash, it resumes from the
-// persisted transition; Driver.Promote is idempotent.
+// persisted transition; Driver.Promote is idempotent. A failed attempt is
+// counted in the transition, so policy.DecideTopology can roll it back.
 func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup, op, target string) error {
 	if g.Status.Transition == nil {
 		g.Status.Transition = &v1.TopologyTransition{Operation: op, TargetSite: target,
@@ -92,9 +99,16 @@ func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup,
 			return err
 		}
 	}
-	t := g.Status.Transition
-	if err := r.driver().Promote(ctx, g, t.TargetSite, t.Generation, t.Operation != OpEmergencyFailover && t.Operation != OpBootstrap); err != nil {
-		return fmt.Errorf("%s: promote %s: %w", t.Operation, t.TargetSite, err)
+	t := *g.Status.Transition
+	planned := t.Operation != OpEmergencyFailover && t.Operation != OpBootstrap
+	if err := r.driver().Promote(ctx, g, t.TargetSite, t.Generation, planned); err != nil {
+		err = fmt.Errorf("%s: promote %s: %w", t.Operation, t.TargetSite, err)
+		g.Status.Transition.Failures++
+		g.Status.Transition.LastError = err.Error()
+		if werr := r.writeStatus(ctx, g); werr != nil {
+			return fmt.Errorf("%w (and recording the failure: %w)", err, werr)
+		}
+		return err
 	}
 	g.Status.ActiveSite = t.TargetSite
 	g.Status.TopologyGeneration = t.Generation
@@ -108,35 +122,25 @@ func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup,
 	} else {
 		EventPromoted.emit(r.Recorder, g, t.Operation, t.TargetSite, t.Generation)
 	}
-	return r.revokeStale(ctx, g)
+	r.reconcileLeases(ctx, g, nil) // revoke what the new generation fenced
+	return nil
 }
 
-func reachable(sites []topology.SiteState, name string) bool {
-	for _, s := range sites {
-		if s.Name == name {
-			return s.Reachable
-		}
+// rollBack gives up a transition whose promotion keeps failing. The target
+// is fenced read-only first: if that fails, the transition stays and nothing
+// is reopened. Only then is the transition cleared, so the safety paths may
+// reassert the old primary; the operation that asked for it fails. The
+// generation does not move: no site became authoritative.
+func (r *GroupReconciler) rollBack(ctx context.Context, g *v1.MysqlFailoverGroup, why string) error {
+	t := *g.Status.Transition
+	if err := r.driver().Fence(ctx, g, t.TargetSite); err != nil {
+		return fmt.Errorf("roll back %s: fence target %s: %w", t.Operation, t.TargetSite, err)
 	}
-	return false
-}
-
-// abandonTransition gives up a promotion whose target became unreachable
-// before it was confirmed: the active site and generation stay as they were
-// (nothing authoritative changed), the operation that asked for it fails,
-// and the safety paths decide again on the next probe.
-func (r *GroupReconciler) abandonTransition(ctx context.Context, g *v1.MysqlFailoverGroup) error {
-	t := g.Status.Transition
 	g.Status.Transition = nil
-	switch t.Operation {
-	case OpPlannedFailover:
-		if ps := g.Status.PlannedFailover; ps != nil {
-			ps.Phase, ps.Reason = v1.PlannedFailoverPhaseFailed, "TargetUnreachable"
-		}
-	case OpOrderedUpdate:
-		g.Status.UpdatePhase = PhaseFailed
-	case OpRestoreInPlace:
-		g.Status.RestoreInPlace = PhaseFailed
+	r.failOperation(g, t.Operation, "PromotionRolledBack")
+	if err := r.writeStatus(ctx, g); err != nil {
+		return err
 	}
-	r.releaseReservation(g, t.Operation)
-	return r.writeStatus(ctx, g)
+	EventTransitionRolledBack.emit(r.Recorder, g, t.Operation, t.TargetSite, why)
+	return nil
 }

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/leasestore"
 )
 
 // requestLog counts API-server requests by verb and path.
@@ -56,7 +57,7 @@ func (f *fixture) countingServer(t testing.TB, log *requestLog) *Server {
 		t.Fatal(err)
 	}
 	s, err := New(Config{IsLeader: func() bool { return true }, Clock: f.clock, Kube: kube, API: c,
-		Leases: &leases.Store{Client: c, Cached: leaseCache, API: c, Clock: f.clock}, Log: f.srv.log})
+		Leases: &leasestore.Store{Client: c, Cached: leaseCache, API: c, Clock: f.clock}, Log: f.srv.log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/shipstream/bloodraven/leasestore"
 )
 
 // Error codes of the contract (DESIGN §3).
@@ -86,6 +88,9 @@ func errFromKube(err error) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
 		return ae
+	}
+	if errors.Is(err, leasestore.ErrContended) {
+		return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, retryAfter: 1, cause: err}
 	}
 	if apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err) {
 		retry := 1

@@ -27,7 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/testenv"
 )
 
@@ -38,7 +38,7 @@ var (
 
 func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, &env, func(e *testenv.Env) (func(), error) {
-		c, err := cache.New(e.Config, cache.Options{Scheme: e.Scheme, ByObject: leases.CacheByObject()})
+		c, err := cache.New(e.Config, cache.Options{Scheme: e.Scheme, ByObject: leasestore.CacheByObject()})
 		if err != nil {
 			return nil, err
 		}
@@ -85,7 +85,7 @@ type fixture struct {
 	srv      *Server
 	logs     *logBuffer
 	reg      *prometheus.Registry
-	store    *leases.Store
+	store    *leasestore.Store
 	// leaseTokens collects every lease token handed out, for the leak checks.
 	leaseTokens []string
 	mu          sync.Mutex
@@ -106,7 +106,7 @@ func newFixture(t testing.TB) *fixture {
 
 func (f *fixture) newServer() *Server {
 	f.t.Helper()
-	f.store = &leases.Store{Client: env.Client, Cached: leaseCache, API: env.Client, Clock: f.clock}
+	f.store = &leasestore.Store{Client: env.Client, Cached: leaseCache, API: env.Client, Clock: f.clock}
 	reg := f.reg
 	if f.srv != nil { // a second server (replica, restart) gets its own registry
 		reg = prometheus.NewRegistry()

@@ -1,25 +1,18 @@
 package deployapi
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
 )
-
-// maxAttempts bounds the optimistic-concurrency loops: each attempt re-reads
-// after a Conflict or AlreadyExists from the API server.
-const maxAttempts = 8
-
-var errContended = &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, retryAfter: 1,
-	cause: errors.New("lease still conflicting after retries")}
 
 // groupParam validates the {group} path parameter and records it for logs.
 func groupParam(r *request) (string, *apiError) {
@@ -43,6 +36,7 @@ func (s *Server) authorizeReq(r *request, group, instance string) (*v1.MysqlFail
 
 func groupView(g *v1.MysqlFailoverGroup) policy.GroupView {
 	return policy.GroupView{
+		UID:         string(g.UID),
 		Generation:  g.Status.TopologyGeneration,
 		Transition:  g.Status.Transition != nil,
 		Reservation: g.Status.Reservation != nil,
@@ -112,16 +106,15 @@ func (s *Server) getGroup(r *request) (int, any, error) {
 			Ready: st.Health.Ready, DegradedReason: st.Health.DegradedReason, ReplicationRunning: st.Health.ReplicationRunning,
 			ReplicationLagSeconds: st.Health.ReplicationLagSeconds, RecoveryPending: st.Health.RecoveryPending,
 		},
-		Operations: operationsJSON{UpdatePhase: st.UpdatePhase, RestoreInPlace: st.RestoreInPlace, DragonflyUpgrade: st.DragonflyUpgrade},
+		Operations: operationsJSON{UpdatePhase: string(st.UpdatePhase), RestoreInPlace: string(st.RestoreInPlace), DragonflyUpgrade: string(st.DragonflyUpgrade)},
 		Stable:     stable, UnstableReason: reason,
 		Leases: []leaseJSON{},
 	}
 	if pf := st.PlannedFailover; pf != nil {
 		out.Operations.PlannedFailover = plannedJSON{Phase: string(pf.Phase), Reason: pf.Reason}
 	}
-	now := s.clock.Now()
-	for _, rec := range recs {
-		if rec.Live(now) {
+	for _, rec := range leases.Effective(recs, string(g.UID), s.clock.Now()) {
+		{
 			out.Leases = append(out.Leases, leaseJSON{Kind: string(rec.Kind), OperationID: rec.OperationID, Instance: rec.Instance,
 				ExpiresAt: formatTime(rec.ExpiresAt), TopologyGeneration: rec.Generation})
 		}
@@ -169,138 +162,111 @@ func (s *Server) grant(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	tomb, err := s.leases.Tombstone(r.ctx, g.Namespace, g.Name, req.OperationID)
+	if !g.DeletionTimestamp.IsZero() {
+		return 0, nil, errForbidden // a group being deleted takes no grant: as if it were gone
+	}
+	tomb, err := s.leases.Tombstone(r.ctx, g, req.OperationID)
 	if err != nil {
 		return 0, nil, err
 	}
 	ttl := policy.ClampTTL(req.TTLSeconds.ptr(), policy.DefaultTTLSeconds)
-	migName := leases.MigrationName(g.Name)
-	holdName := leases.HoldName(g.Name, req.OperationID)
-	fresh := false
-	for attempt := 0; attempt < maxAttempts; attempt++ {
-		mig, err := s.leases.Get(r.ctx, g.Namespace, migName, fresh)
+	name := leases.LeaseName(kind, g.Name, req.OperationID)
+	var status int
+	var answer any
+	err = leasestore.Optimistic(func(fresh bool) error {
+		mig, err := s.leases.Get(r.ctx, g.Namespace, leases.MigrationName(g.Name), fresh)
 		if err != nil {
-			return 0, nil, err
+			return err
 		}
-		var hold *leases.Object
+		target := mig
 		if kind == leases.KindFailoverHold {
-			if hold, err = s.leases.Get(r.ctx, g.Namespace, holdName, fresh); err != nil {
-				return 0, nil, err
+			if target, err = s.leases.Get(r.ctx, g.Namespace, name, fresh); err != nil {
+				return err
 			}
 		}
 		now := s.clock.Now()
 		d := policy.DecideGrant(policy.GrantInput{
 			Kind: kind, OperationID: req.OperationID, Instance: req.Instance, Identity: r.identity.Username(),
-			Group: groupView(g), Tombstone: tomb, Migration: recordOf(mig), Hold: recordOf(hold), Now: now,
+			Group: groupView(g), Tombstone: tomb, Migration: leasestore.RecordOf(mig), Hold: leasestore.RecordOf(target), Now: now,
 		})
-		target, name := mig, migName
-		if kind == leases.KindFailoverHold {
-			target, name = hold, holdName
-		}
 		switch d.Outcome {
 		case policy.OutcomeCreate, policy.OutcomeTakeOver, policy.OutcomeRegrant:
 			token, err := leases.NewToken()
 			if err != nil {
-				return 0, nil, err
+				return err
 			}
-			rec := &leases.Record{
-				Group: g.Name, Kind: kind, OperationID: req.OperationID, Instance: req.Instance, Identity: r.identity.Username(),
-				State: leases.StateActive, Generation: g.Status.TopologyGeneration, TTLSeconds: ttl,
-				ExpiresAt: leases.ExpiryAt(now, ttl), GrantedAt: now, RenewedAt: now, TokenHash: leases.HashToken(token),
-			}
+			rec := leases.NewGrant(leases.Grant{Group: g.Name, GroupUID: string(g.UID), Kind: kind, OperationID: req.OperationID,
+				Instance: req.Instance, Identity: r.identity.Username(), Generation: g.Status.TopologyGeneration, TTLSeconds: ttl},
+				leases.HashToken(token), now)
 			if d.Outcome == policy.OutcomeCreate {
-				_, err = s.leases.Create(r.ctx, g, name, rec)
-			} else {
-				_, err = s.leases.Update(r.ctx, target, rec)
+				target = nil
 			}
-			if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
-				fresh = true
-				continue
+			if _, err := s.leases.Put(r.ctx, g, name, target, rec); err != nil {
+				return err
 			}
-			if err != nil {
-				return 0, nil, err
-			}
-			if kind == leases.KindFailoverHold && d.Outcome != policy.OutcomeRegrant {
+			if kind == leases.KindFailoverHold {
 				// The controller writes its reservation, then reads holds; we
 				// wrote the hold, now read the reservation. Of the two, at
-				// least one sees the other: if we see it, we withdraw.
-				if unstable, err := s.withdrawIfReserved(r, g, rec); err != nil || unstable {
-					if err == nil {
-						err = errUnstable()
-					}
-					return 0, nil, err
+				// least one sees the other: if we see it, we withdraw. This
+				// holds for every hold grant, a re-grant included.
+				if err := s.withdrawIfReserved(r, g, rec); err != nil {
+					return err
 				}
 			}
-			status := http.StatusCreated
+			status, answer = http.StatusCreated, grantJSON{leaseBody: bodyOf(&rec), Token: token}
 			if d.Outcome == policy.OutcomeRegrant {
 				status = http.StatusOK
 			}
-			return status, grantJSON{leaseBody: bodyOf(rec), Token: token}, nil
+			return nil
 		case policy.OutcomeRevokeStale:
 			if _, err := s.leases.Revoke(r.ctx, g, d.RevokeOperation, leases.ReasonTopologyChanged); err != nil {
-				return 0, nil, err
+				return err
 			}
-			if d.RevokeOperation == req.OperationID {
-				return 0, nil, errRevoked(leases.ReasonTopologyChanged, g.Status.TopologyGeneration)
-			}
-			fresh = true
+			return leasestore.ErrStale // decide again on what the revocation left
 		case policy.OutcomeHeld:
 			if !fresh { // confirm against the API server before refusing
-				fresh = true
-				continue
+				return leasestore.ErrStale
 			}
-			return 0, nil, errHeld(d.Holder.OperationID, d.Holder.Instance, d.Holder.ExpiresAt)
+			return errHeld(d.Holder.OperationID, d.Holder.Instance, d.Holder.ExpiresAt)
 		case policy.OutcomeMigrationNotHeld:
 			if !fresh {
-				fresh = true
-				continue
+				return leasestore.ErrStale
 			}
-			return 0, nil, errMigrationNotHeld
+			return errMigrationNotHeld
 		case policy.OutcomeRevoked:
-			return 0, nil, errRevoked(d.Reason, g.Status.TopologyGeneration)
+			return errRevoked(d.Reason, g.Status.TopologyGeneration)
 		case policy.OutcomeUnstable:
-			return 0, nil, errUnstable()
-		default:
-			return 0, nil, fmt.Errorf("unexpected grant outcome %d", d.Outcome)
+			return errUnstable()
 		}
+		return fmt.Errorf("unexpected grant outcome %d", d.Outcome)
+	})
+	if err != nil {
+		return 0, nil, err
 	}
-	return 0, nil, errContended
+	return status, answer, nil
 }
 
-// withdrawIfReserved re-reads the group after a new failover-hold was written;
+// withdrawIfReserved re-reads the group after a failover-hold was written;
 // when a reservation or transition appeared meanwhile, it releases the hold
-// and reports true.
-func (s *Server) withdrawIfReserved(r *request, g *v1.MysqlFailoverGroup, rec *leases.Record) (bool, error) {
+// it wrote and answers 423.
+func (s *Server) withdrawIfReserved(r *request, g *v1.MysqlFailoverGroup, rec leases.Record) error {
 	fresh := &v1.MysqlFailoverGroup{}
 	if err := s.api.Get(r.ctx, client.ObjectKeyFromObject(g), fresh); err != nil {
-		return false, fmt.Errorf("re-read group after hold grant: %w", err)
+		return fmt.Errorf("re-read group after hold grant: %w", err)
 	}
 	if fresh.Status.Reservation == nil && fresh.Status.Transition == nil {
-		return false, nil
-	}
-	name := leases.HoldName(g.Name, rec.OperationID)
-	for attempt := 0; attempt < maxAttempts; attempt++ {
-		o, err := s.leases.Get(r.ctx, g.Namespace, name, true)
-		if err != nil {
-			return true, err
-		}
-		if o == nil || o.Record.TokenHash != rec.TokenHash || o.Record.State != leases.StateActive {
-			return true, nil
-		}
-		next := *o.Record
-		next.State = leases.StateReleased
-		if _, err := s.leases.Update(r.ctx, o, &next); err == nil || !apierrors.IsConflict(err) {
-			return true, err
-		}
-	}
-	return true, errContended
-}
-
-func recordOf(o *leases.Object) *leases.Record {
-	if o == nil {
 		return nil
 	}
-	return o.Record
+	_, err := s.leases.Transition(r.ctx, g, leases.KindFailoverHold, rec.OperationID, func(cur *leases.Record) (leases.Record, bool) {
+		if cur.TokenHash != rec.TokenHash || cur.State != leases.StateActive {
+			return leases.Record{}, false
+		}
+		return cur.Released(s.clock.Now()), true
+	})
+	if err != nil {
+		return err
+	}
+	return errUnstable()
 }
 
 // leaseParams validates {kind} and {operationId}.
@@ -341,16 +307,15 @@ func (s *Server) leaseRoute(r *request, shape func() *apiError) (*v1.MysqlFailov
 	return g, kind, op, nil
 }
 
-// loadOwn reads the Lease name and the operation's record in it (for the
-// migration mutex, only while op is the operation recorded), and notes the
-// instance for the log line.
-func (s *Server) loadOwn(r *request, namespace, name, op string, fresh bool) (*leases.Object, *leases.Record, error) {
-	obj, err := s.leases.Get(r.ctx, namespace, name, fresh)
-	if err != nil || obj == nil || obj.Record.OperationID != op {
-		return obj, nil, err
+// loadOwn reads the operation's Lease of kind and its record (nil when it
+// is not the operation's, or left over from a deleted group of the same
+// name), and notes the instance for the log line.
+func (s *Server) loadOwn(r *request, g *v1.MysqlFailoverGroup, kind leases.Kind, op string, fresh bool) (*leasestore.Object, *leases.Record, error) {
+	obj, own, err := s.leases.GetOwn(r.ctx, g, kind, op, fresh)
+	if own != nil {
+		r.instance = own.Instance
 	}
-	r.instance = obj.Record.Instance
-	return obj, obj.Record, nil
+	return obj, own, err
 }
 
 // ---- PUT /deploy/v1/groups/{group}/leases/{kind}/{operationId}
@@ -368,60 +333,74 @@ func (s *Server) renew(r *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	name := leases.LeaseName(kind, g.Name, op)
-	fresh := false
-	for attempt := 0; attempt < maxAttempts; attempt++ {
-		obj, own, err := s.loadOwn(r, g.Namespace, name, op, fresh)
+	if !g.DeletionTimestamp.IsZero() {
+		return 0, nil, errNotFound // the group's leases end with it
+	}
+	var answer leaseBody
+	err = leasestore.Optimistic(func(fresh bool) error {
+		obj, own, err := s.loadOwn(r, g, kind, op, fresh)
 		if err != nil {
-			return 0, nil, err
+			return err
+		}
+		var mig *leases.Record
+		if kind == leases.KindFailoverHold && own != nil {
+			// A hold lives only while its operation holds the live mutex. A
+			// cached mutex is enough to renew: a release of the mutex also
+			// rewrites the hold, so the write below conflicts.
+			if mig, err = s.mutexRecord(r, g, fresh); err != nil {
+				return err
+			}
 		}
 		var tomb *leases.Record
 		if own == nil && fresh {
-			if tomb, err = s.leases.Tombstone(r.ctx, g.Namespace, g.Name, op); err != nil {
-				return 0, nil, err
+			if tomb, err = s.leases.Tombstone(r.ctx, g, op); err != nil {
+				return err
 			}
 		}
 		now := s.clock.Now()
 		d := policy.DecideRenew(policy.RenewInput{Kind: kind, OperationID: op, Token: req.Token, Group: groupView(g),
-			Record: own, Tombstone: tomb, Now: now})
+			Record: own, Migration: mig, Tombstone: tomb, Now: now})
 		switch d.Outcome {
 		case policy.OutcomeRenew:
-			ttl := policy.ClampTTL(req.TTLSeconds.ptr(), own.TTLSeconds)
-			next := *own
-			next.TTLSeconds, next.RenewedAt, next.ExpiresAt = ttl, now, leases.ExpiryAt(now, ttl)
-			if _, err := s.leases.Update(r.ctx, obj, &next); apierrors.IsConflict(err) {
-				fresh = true
-				continue
-			} else if err != nil {
-				return 0, nil, err
+			next := own.Renewed(policy.ClampTTL(req.TTLSeconds.ptr(), own.TTLSeconds), now)
+			if _, err := s.leases.Update(r.ctx, g, obj, next); err != nil {
+				return err
 			}
-			return http.StatusOK, bodyOf(&next), nil
+			answer = bodyOf(&next)
+			return nil
 		case policy.OutcomeRevokeStale:
 			if _, err := s.leases.Revoke(r.ctx, g, op, leases.ReasonTopologyChanged); err != nil {
-				return 0, nil, err
+				return err
 			}
-			return 0, nil, errRevoked(leases.ReasonTopologyChanged, g.Status.TopologyGeneration)
+			return errRevoked(leases.ReasonTopologyChanged, g.Status.TopologyGeneration)
 		case policy.OutcomeUnstable:
-			return 0, nil, errUnstable()
+			return errUnstable()
 		}
 		// Every refusal is confirmed against the API server: the cache may
 		// lag a grant, a re-grant or a revocation.
 		if !fresh {
-			fresh = true
-			continue
+			return leasestore.ErrStale
 		}
 		switch d.Outcome {
 		case policy.OutcomeRevoked:
-			return 0, nil, errRevoked(d.Reason, g.Status.TopologyGeneration)
+			return errRevoked(d.Reason, g.Status.TopologyGeneration)
 		case policy.OutcomeNotFound:
-			return 0, nil, errNotFound
+			return errNotFound
 		case policy.OutcomeTokenMismatch:
-			return 0, nil, errTokenMismatch
-		default:
-			return 0, nil, fmt.Errorf("unexpected renew outcome %d", d.Outcome)
+			return errTokenMismatch
 		}
+		return fmt.Errorf("unexpected renew outcome %d", d.Outcome)
+	})
+	if err != nil {
+		return 0, nil, err
 	}
-	return 0, nil, errContended
+	return http.StatusOK, answer, nil
+}
+
+// mutexRecord is the group's migration mutex record (nil when absent).
+func (s *Server) mutexRecord(r *request, g *v1.MysqlFailoverGroup, fresh bool) (*leases.Record, error) {
+	o, err := s.leases.Get(r.ctx, g.Namespace, leases.MigrationName(g.Name), fresh)
+	return leasestore.RecordOf(o), err
 }
 
 // ---- DELETE /deploy/v1/groups/{group}/leases/{kind}/{operationId}
@@ -432,34 +411,45 @@ func (s *Server) release(r *request) (int, any, error) {
 		return 0, nil, err
 	}
 	token := r.http.Header.Get("X-Lease-Token")
-	name := leases.LeaseName(kind, g.Name, op)
-	fresh := false
-	for attempt := 0; attempt < maxAttempts; attempt++ {
-		obj, own, err := s.loadOwn(r, g.Namespace, name, op, fresh)
+	err = leasestore.Optimistic(func(fresh bool) error {
+		obj, own, err := s.loadOwn(r, g, kind, op, fresh)
 		if err != nil {
-			return 0, nil, err
+			return err
 		}
 		now := s.clock.Now()
 		d := policy.DecideRelease(own, token, now)
 		if d.Outcome == policy.OutcomeRelease {
-			next := *own
-			next.State, next.RenewedAt = leases.StateReleased, now
-			if _, err := s.leases.Update(r.ctx, obj, &next); apierrors.IsConflict(err) {
-				fresh = true
-				continue
-			} else if err != nil {
-				return 0, nil, err
+			if kind == leases.KindMigration {
+				// The operation's hold dies with its mutex; end its record
+				// first, so a renewal decided on a cached mutex conflicts.
+				if err := s.releaseHold(r, g, op, now); err != nil {
+					return err
+				}
 			}
-			return http.StatusNoContent, nil, nil
+			_, err := s.leases.Update(r.ctx, g, obj, own.Released(now))
+			return err
 		}
 		if !fresh {
-			fresh = true
-			continue
+			return leasestore.ErrStale
 		}
 		if d.Outcome == policy.OutcomeTokenMismatch {
-			return 0, nil, errTokenMismatch
+			return errTokenMismatch
 		}
-		return http.StatusNoContent, nil, nil
+		return nil
+	})
+	if err != nil {
+		return 0, nil, err
 	}
-	return 0, nil, errContended
+	return http.StatusNoContent, nil, nil
+}
+
+// releaseHold releases operation's failover-hold, if it is active.
+func (s *Server) releaseHold(r *request, g *v1.MysqlFailoverGroup, op string, now time.Time) error {
+	_, err := s.leases.Transition(r.ctx, g, leases.KindFailoverHold, op, func(cur *leases.Record) (leases.Record, bool) {
+		if cur.State != leases.StateActive {
+			return leases.Record{}, false
+		}
+		return cur.Released(now), true
+	})
+	return err
 }

@@ -12,6 +12,7 @@ import (
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/leasestore"
 )
 
 type metrics struct {
@@ -19,7 +20,7 @@ type metrics struct {
 	duration *prometheus.HistogramVec
 }
 
-func newMetrics(reg prometheus.Registerer, store *leases.Store, groups client.Reader, clk clock.PassiveClock) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, store *leasestore.Store, groups client.Reader, clk clock.PassiveClock) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bloodraven_deploy_api_requests_total",
@@ -49,11 +50,12 @@ func (m *metrics) observe(handler, status, group string, d time.Duration) {
 
 // activeLeases counts live deployment leases at scrape time from the lease
 // cache, so the gauge never drifts from what is stored: an expired lease
-// stops counting the moment it expires, whether or not anything rewrote it.
+// stops counting the moment it expires, whether or not anything rewrote it,
+// and a failover-hold counts only while its operation holds the live mutex.
 // Every group (from groups, when set) reports both kinds, 0 included, so the
 // series exist before the first lease.
 type activeLeases struct {
-	store  *leases.Store
+	store  *leasestore.Store
 	groups client.Reader
 	clock  clock.PassiveClock
 }
@@ -72,29 +74,47 @@ func (a *activeLeases) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var list coordinationv1.LeaseList
-	if err := r.List(ctx, &list, client.MatchingLabelsSelector{Selector: leases.CacheSelector()}); err != nil {
+	if err := r.List(ctx, &list, client.MatchingLabelsSelector{Selector: leasestore.CacheSelector()}); err != nil {
 		ch <- prometheus.NewInvalidMetric(activeLeasesDesc, err)
 		return
 	}
 	type key struct{ ns, group, kind string }
+	type groupKey struct{ ns, name string }
 	counts := map[key]int{}
+	uids := map[groupKey]string{}
 	if a.groups != nil {
 		var gl v1.MysqlFailoverGroupList
 		if err := a.groups.List(ctx, &gl); err == nil {
 			for _, g := range gl.Items {
+				uids[groupKey{g.Namespace, g.Name}] = string(g.UID)
 				for _, k := range []leases.Kind{leases.KindMigration, leases.KindFailoverHold} {
 					counts[key{g.Namespace, g.Name, string(k)}] = 0
 				}
 			}
 		}
 	}
-	now := a.clock.Now()
+	byGroup := map[groupKey][]*leases.Record{}
 	for i := range list.Items {
-		rec, err := leases.Decode(&list.Items[i])
-		if err != nil || !rec.Live(now) {
+		rec, err := leasestore.Decode(&list.Items[i])
+		if err != nil {
 			continue
 		}
-		counts[key{list.Items[i].Namespace, rec.Group, string(rec.Kind)}]++
+		gk := groupKey{list.Items[i].Namespace, rec.Group}
+		byGroup[gk] = append(byGroup[gk], rec)
+	}
+	now := a.clock.Now()
+	for gk, recs := range byGroup {
+		uid, known := uids[gk]
+		if !known {
+			for _, r := range recs { // no group list: trust the mutex's own record
+				if r.Kind == leases.KindMigration {
+					uid = r.GroupUID
+				}
+			}
+		}
+		for _, rec := range leases.Effective(recs, uid, now) {
+			counts[key{gk.ns, gk.name, string(rec.Kind)}]++
+		}
 	}
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(activeLeasesDesc, prometheus.GaugeValue, float64(n), k.ns, k.group, k.kind)

@@ -16,7 +16,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/leasestore"
 )
 
 // PathPrefix is where the API is mounted.
@@ -35,7 +35,7 @@ type Config struct {
 	// API reads MysqlDatabases and groups uncached.
 	API client.Reader
 	// Leases stores deployment leases.
-	Leases *leases.Store
+	Leases *leasestore.Store
 	// Log receives one line per request.
 	Log logr.Logger
 	// Metrics registers the API's metrics; nil skips registration.
@@ -52,7 +52,7 @@ type Config struct {
 type Server struct {
 	cfg     Config
 	api     client.Reader
-	leases  *leases.Store
+	leases  *leasestore.Store
 	clock   clock.PassiveClock
 	authn   *authenticator
 	log     logr.Logger

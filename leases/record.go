@@ -3,29 +3,22 @@ package leases
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"fmt"
-	"math"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/utils/ptr"
-
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
 // Kind of a deployment lease.
 type Kind string
 
-// Lease kinds of the deployment API.
+// Lease kinds of the deployment API, and the kind of a revocation tombstone.
 const (
 	KindMigration    Kind = "migration"
 	KindFailoverHold Kind = "failover-hold"
+	KindTombstone    Kind = "tombstone"
 )
 
-// ParseKind returns the Kind named s.
+// ParseKind returns the lease Kind named s (never KindTombstone).
 func ParseKind(s string) (Kind, bool) {
 	switch Kind(s) {
 	case KindMigration, KindFailoverHold:
@@ -52,33 +45,28 @@ const (
 	ReasonOperatorRevoked = "operator_revoked"
 )
 
-// Labels and annotations on deployment Lease objects.
-const (
-	LabelManagedBy   = "app.kubernetes.io/managed-by"
-	ManagedByValue   = "bloodraven"
-	LabelDeployLease = "bloodraven.shipstream.io/deployment-lease"
-	LabelGroup       = "bloodraven.shipstream.io/group"
-	LabelKind        = "bloodraven.shipstream.io/kind"
-	RecordAnnotation = "bloodraven.shipstream.io/record"
-	// KindTombstone is the LabelKind value of tombstones.
-	KindTombstone = "tombstone"
-)
-
-// Record is a deployment lease as stored.
+// Record is a deployment lease as stored. Records are values: the
+// transitions in transitions.go return a new Record and never edit one in
+// place.
 type Record struct {
-	Group       string    `json:"group"`
-	Kind        Kind      `json:"kind"`
-	OperationID string    `json:"operationId"`
-	Instance    string    `json:"instance"`
-	Identity    string    `json:"identity"`
-	State       State     `json:"state"`
-	Reason      string    `json:"reason,omitempty"`
-	Generation  int64     `json:"topologyGeneration"`
-	TTLSeconds  int64     `json:"ttlSeconds"`
-	ExpiresAt   time.Time `json:"expiresAt"`
-	GrantedAt   time.Time `json:"grantedAt"`
-	RenewedAt   time.Time `json:"renewedAt"`
-	TokenHash   string    `json:"tokenHash,omitempty"`
+	Group string `json:"group"`
+	// GroupUID is the UID of the MysqlFailoverGroup the lease was granted
+	// under. A group deleted and re-created under the same name has another
+	// UID, so none of the old records counts for it.
+	GroupUID    string `json:"groupUID,omitempty"`
+	Kind        Kind   `json:"kind"`
+	OperationID string `json:"operationId"`
+	Instance    string `json:"instance"`
+	Identity    string `json:"identity"`
+	State       State  `json:"state"`
+	Reason      string `json:"reason,omitempty"`
+	// Generation is the topologyGeneration the lease was granted under.
+	Generation int64     `json:"topologyGeneration"`
+	TTLSeconds int64     `json:"ttlSeconds"`
+	ExpiresAt  time.Time `json:"expiresAt"`
+	GrantedAt  time.Time `json:"grantedAt"`
+	RenewedAt  time.Time `json:"renewedAt"`
+	TokenHash  string    `json:"tokenHash,omitempty"`
 	// RevokedTokenHashes, on tombstones only: the hashes of the operation's
 	// lease tokens at revocation.
 	RevokedTokenHashes []string  `json:"revokedTokenHashes,omitempty"`
@@ -92,10 +80,17 @@ func ExpiryAt(now time.Time, ttlSeconds int64) time.Time {
 	return now.Add(time.Duration(ttlSeconds) * time.Second).Truncate(time.Microsecond)
 }
 
-// Live tells whether the record still has effect at now: active and
-// now <= expiresAt.
+// Live tells whether the record itself still has effect at now: active and
+// now <= expiresAt. A failover-hold needs more to defer anything: see
+// HoldLive.
 func (r *Record) Live(now time.Time) bool {
 	return r != nil && r.State == StateActive && !now.After(r.ExpiresAt)
+}
+
+// BelongsTo tells whether the record was made for the group with this UID.
+// A record of a deleted group of the same name belongs to nobody.
+func (r *Record) BelongsTo(groupUID string) bool {
+	return r != nil && groupUID != "" && r.GroupUID == groupUID
 }
 
 // MigrationName is the name of the group's migration mutex Lease.
@@ -113,14 +108,17 @@ func TombstoneName(group, operationID string) string {
 
 // LeaseName is the Lease holding kind's record of the operation.
 func LeaseName(kind Kind, group, operationID string) string {
-	if kind == KindMigration {
+	switch kind {
+	case KindMigration:
 		return MigrationName(group)
+	case KindTombstone:
+		return TombstoneName(group, operationID)
 	}
 	return HoldName(group, operationID)
 }
 
-// GroupLabelValue is the value of LabelGroup for group: the name when it is a
-// valid label value, a digest otherwise.
+// GroupLabelValue is the value of the group label for group: the name when
+// it is a valid label value, a digest otherwise.
 func GroupLabelValue(group string) string {
 	if len(validation.IsValidLabelValue(group)) == 0 {
 		return group
@@ -138,59 +136,4 @@ func objectName(prefix, group string) string {
 func digest(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:20])
-}
-
-// Encode writes rec into l (labels, annotation, spec projection, owner).
-func Encode(l *coordinationv1.Lease, rec *Record, group *v1.MysqlFailoverGroup, labelKind string) error {
-	data, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("encode lease record: %w", err)
-	}
-	if l.Labels == nil {
-		l.Labels = map[string]string{}
-	}
-	l.Labels[LabelManagedBy] = ManagedByValue
-	l.Labels[LabelDeployLease] = "true"
-	l.Labels[LabelGroup] = GroupLabelValue(rec.Group)
-	l.Labels[LabelKind] = labelKind
-	if l.Annotations == nil {
-		l.Annotations = map[string]string{}
-	}
-	l.Annotations[RecordAnnotation] = string(data)
-	if len(l.OwnerReferences) == 0 && group != nil {
-		l.OwnerReferences = []metav1.OwnerReference{{
-			APIVersion:         v1.GroupVersion.String(),
-			Kind:               "MysqlFailoverGroup",
-			Name:               group.Name,
-			UID:                group.UID,
-			BlockOwnerDeletion: ptr.To(false),
-		}}
-	}
-	l.Spec.HolderIdentity = ptr.To(rec.OperationID)
-	l.Spec.LeaseDurationSeconds = ptr.To(durationProjection(rec))
-	l.Spec.AcquireTime = &metav1.MicroTime{Time: rec.GrantedAt}
-	l.Spec.RenewTime = &metav1.MicroTime{Time: rec.RenewedAt}
-	return nil
-}
-
-// durationProjection is spec.leaseDurationSeconds: the ttl in whole seconds
-// while active, at least 1 (the API server rejects 0), 1 for terminal records.
-func durationProjection(rec *Record) int32 {
-	if rec.State != StateActive {
-		return 1
-	}
-	return int32(max(1, min(rec.TTLSeconds, math.MaxInt32)))
-}
-
-// Decode reads the record of a deployment Lease.
-func Decode(l *coordinationv1.Lease) (*Record, error) {
-	data, ok := l.Annotations[RecordAnnotation]
-	if !ok {
-		return nil, fmt.Errorf("lease %s/%s has no %s annotation", l.Namespace, l.Name, RecordAnnotation)
-	}
-	rec := &Record{}
-	if err := json.Unmarshal([]byte(data), rec); err != nil {
-		return nil, fmt.Errorf("lease %s/%s: decode record: %w", l.Namespace, l.Name, err)
-	}
-	return rec, nil
 }

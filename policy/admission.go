@@ -23,8 +23,9 @@ const (
 // AdmissionInput is what admission needs. Leases is every deployment lease
 // record of the group, of any kind and state, read fresh.
 type AdmissionInput struct {
-	Now    time.Time
-	Leases []*leases.Record
+	Now      time.Time
+	GroupUID string
+	Leases   []*leases.Record
 	// TargetReady tells whether the target site can be promoted;
 	// TargetReason says why not.
 	TargetReady  bool
@@ -39,16 +40,25 @@ type Admission struct {
 	// Blocker is the live hold expiring first.
 	Blocker *leases.Record
 	Message string
+	// Lapsed, for Admitted: holds whose record is still active although they
+	// no longer defer anything (expired, or their operation lost the
+	// mutex). An admission stands only once each is recorded as expired with
+	// the resourceVersion it was read at, so a renewal or re-grant decided
+	// before the lapse and written after it conflicts instead of succeeding
+	// beside the admission.
+	Lapsed []*leases.Record
 }
 
 // Admit decides whether a planned operation (planned failover, ordered
-// update, restore-in-place) may start. Only live failover-holds defer it; a
-// migration lease alone defers nothing. Holds come first: a deferral is
-// reported even when the target is not ready either.
+// update, restore-in-place) may start. Only live failover-holds defer it
+// (leases.HoldLive: the hold is live and its operation holds the live
+// migration mutex); a migration lease alone defers nothing. Holds come first:
+// a deferral is reported even when the target is not ready either.
 func Admit(in AdmissionInput) Admission {
+	effective := leases.Effective(in.Leases, in.GroupUID, in.Now)
 	var first *leases.Record
-	for _, r := range in.Leases {
-		if r.Kind != leases.KindFailoverHold || !r.Live(in.Now) {
+	for _, r := range effective {
+		if r.Kind != leases.KindFailoverHold {
 			continue
 		}
 		if first == nil || r.ExpiresAt.Before(first.ExpiresAt) ||
@@ -63,5 +73,34 @@ func Admit(in AdmissionInput) Admission {
 	if !in.TargetReady {
 		return Admission{Verdict: WaitForTarget, Message: in.TargetReason}
 	}
-	return Admission{Verdict: Admitted}
+	var lapsed []*leases.Record
+	for _, r := range in.Leases {
+		if r.Kind == leases.KindFailoverHold && r.State == leases.StateActive && r.BelongsTo(in.GroupUID) {
+			lapsed = append(lapsed, r) // active, yet not effective: it lapsed
+		}
+	}
+	return Admission{Verdict: Admitted, Lapsed: lapsed}
+}
+
+// Request names a planned operation: its kind (PlannedFailover,
+// OrderedUpdate, RestoreInPlace) and the ID of its request.
+type Request struct {
+	Operation, ID string
+}
+
+// ReservationStands tells whether a reservation for res still belongs to a
+// request: one of requests has its operation and ID, or a transition of its
+// operation (transitionOp) is under way and must finish or roll back first.
+// A reservation that no longer stands is released at once, so 423 stays
+// transient when a request is removed or replaced.
+func ReservationStands(res Request, requests []Request, transitionOp string) bool {
+	if transitionOp != "" && transitionOp == res.Operation {
+		return true
+	}
+	for _, r := range requests {
+		if r == res {
+			return true
+		}
+	}
+	return false
 }

@@ -11,46 +11,78 @@ import (
 	"github.com/shipstream/bloodraven/topology"
 )
 
+const uid = "group-uid"
+
 func lease(kind leases.Kind, op string, state leases.State, expires time.Time) *leases.Record {
-	return &leases.Record{Kind: kind, OperationID: op, Instance: "counter-app", State: state, ExpiresAt: expires}
+	return &leases.Record{GroupUID: uid, Kind: kind, OperationID: op, Instance: "counter-app", State: state, ExpiresAt: expires}
+}
+
+// held is op's live migration mutex and its failover-hold.
+func held(op string, state leases.State, holdExpires time.Time) []*leases.Record {
+	return []*leases.Record{lease(leases.KindMigration, op, leases.StateActive, t0.Add(time.Hour)), lease(leases.KindFailoverHold, op, state, holdExpires)}
 }
 
 func TestAdmit(t *testing.T) {
 	soon, later := t0.Add(10*time.Second), t0.Add(40*time.Second)
+	recs := func(rs ...[]*leases.Record) []*leases.Record {
+		var out []*leases.Record
+		for _, r := range rs {
+			out = append(out, r...)
+		}
+		return out
+	}
 	tests := map[string]struct {
 		in          AdmissionInput
 		want        AdmissionVerdict
 		wantRetry   time.Time
 		wantBlocker string
+		wantLapsed  int
 	}{
 		"nothing held": {in: AdmissionInput{TargetReady: true}, want: Admitted},
 		"a migration lease alone defers nothing": {
 			in: AdmissionInput{TargetReady: true, Leases: []*leases.Record{lease(leases.KindMigration, "a", leases.StateActive, later)}}, want: Admitted},
 		"a live hold defers until its expiry": {
-			in:   AdmissionInput{TargetReady: true, Leases: []*leases.Record{lease(leases.KindFailoverHold, "a", leases.StateActive, later)}},
+			in:   AdmissionInput{TargetReady: true, Leases: held("a", leases.StateActive, later)},
 			want: DeferForHold, wantRetry: later, wantBlocker: "a"},
-		"the earliest live hold sets retryTime": {
-			in: AdmissionInput{TargetReady: true, Leases: []*leases.Record{
-				lease(leases.KindFailoverHold, "a", leases.StateActive, later), lease(leases.KindFailoverHold, "b", leases.StateActive, soon)}},
+		"a hold whose operation lost the mutex defers nothing": {
+			in: AdmissionInput{TargetReady: true, Leases: recs(
+				[]*leases.Record{lease(leases.KindMigration, "b", leases.StateActive, later), lease(leases.KindFailoverHold, "a", leases.StateActive, later)})},
+			want: Admitted, wantLapsed: 1},
+		"a hold whose mutex expired defers nothing": {
+			in: AdmissionInput{TargetReady: true, Leases: recs(
+				[]*leases.Record{lease(leases.KindMigration, "a", leases.StateActive, t0.Add(-time.Second)), lease(leases.KindFailoverHold, "a", leases.StateActive, later)})},
+			want: Admitted, wantLapsed: 1},
+		"a hold whose mutex was released defers nothing": {
+			in: AdmissionInput{TargetReady: true, Leases: recs(
+				[]*leases.Record{lease(leases.KindMigration, "a", leases.StateReleased, later), lease(leases.KindFailoverHold, "a", leases.StateActive, later)})},
+			want: Admitted, wantLapsed: 1},
+		"of two holds only the mutex holder's defers": {
+			in: AdmissionInput{TargetReady: true, Leases: recs(held("b", leases.StateActive, soon),
+				[]*leases.Record{lease(leases.KindFailoverHold, "a", leases.StateActive, t0.Add(time.Second))})},
 			want: DeferForHold, wantRetry: soon, wantBlocker: "b"},
-		"an expired hold defers nothing": {
-			in: AdmissionInput{TargetReady: true, Leases: []*leases.Record{lease(leases.KindFailoverHold, "a", leases.StateActive, t0.Add(-time.Nanosecond))}}, want: Admitted},
+		"an expired hold defers nothing and is lapsed": {
+			in: AdmissionInput{TargetReady: true, Leases: held("a", leases.StateActive, t0.Add(-time.Nanosecond))}, want: Admitted, wantLapsed: 1},
 		"a hold at exactly its expiry still defers": {
-			in:   AdmissionInput{TargetReady: true, Leases: []*leases.Record{lease(leases.KindFailoverHold, "a", leases.StateActive, t0)}},
+			in:   AdmissionInput{TargetReady: true, Leases: held("a", leases.StateActive, t0)},
 			want: DeferForHold, wantRetry: t0, wantBlocker: "a"},
 		"released and revoked holds defer nothing": {
+			in: AdmissionInput{TargetReady: true, Leases: recs(held("a", leases.StateReleased, later),
+				[]*leases.Record{lease(leases.KindFailoverHold, "b", leases.StateRevoked, later)})}, want: Admitted},
+		"a hold of a deleted group of the same name defers nothing": {
 			in: AdmissionInput{TargetReady: true, Leases: []*leases.Record{
-				lease(leases.KindFailoverHold, "a", leases.StateReleased, later), lease(leases.KindFailoverHold, "b", leases.StateRevoked, later)}}, want: Admitted},
+				{GroupUID: "old", Kind: leases.KindMigration, OperationID: "a", Instance: "counter-app", State: leases.StateActive, ExpiresAt: later},
+				{GroupUID: "old", Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", State: leases.StateActive, ExpiresAt: later}}},
+			want: Admitted},
 		"an unready target waits": {in: AdmissionInput{TargetReady: false, TargetReason: "target site pdx is unreachable"}, want: WaitForTarget},
 		"a hold is reported before an unready target": {
-			in:   AdmissionInput{TargetReady: false, Leases: []*leases.Record{lease(leases.KindFailoverHold, "a", leases.StateActive, later)}},
+			in:   AdmissionInput{TargetReady: false, Leases: held("a", leases.StateActive, later)},
 			want: DeferForHold, wantRetry: later, wantBlocker: "a"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			tc.in.Now = t0
+			tc.in.Now, tc.in.GroupUID = t0, uid
 			got := Admit(tc.in)
-			if got.Verdict != tc.want || !got.RetryTime.Equal(tc.wantRetry) {
+			if got.Verdict != tc.want || !got.RetryTime.Equal(tc.wantRetry) || len(got.Lapsed) != tc.wantLapsed {
 				t.Fatalf("got %+v, want verdict %d retry %v", got, tc.want, tc.wantRetry)
 			}
 			if tc.wantBlocker != "" {
@@ -80,8 +112,23 @@ func TestDecideTopology(t *testing.T) {
 		want     TopologyAction
 		wantSite string
 	}{
-		"healthy":                              {in: TopologyInput{ActiveSite: "iad", Sites: sites(primary("iad"), replica("pdx", 0))}, want: ActionNone},
-		"transition in flight":                 {in: TopologyInput{ActiveSite: "iad", Transition: true, Sites: sites(down("iad"), replica("pdx", 0))}, want: ActionResume},
+		"healthy":              {in: TopologyInput{ActiveSite: "iad", Sites: sites(primary("iad"), replica("pdx", 0))}, want: ActionNone},
+		"transition in flight": {in: TopologyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0}, Sites: sites(down("iad"), replica("pdx", 0))}, want: ActionResume, wantSite: "pdx"},
+		"a transition whose target is unreachable reopens nothing": {
+			in: TopologyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Hour), Failures: 9}, PromoteTimeout: time.Minute,
+				Sites: sites(replica("iad", 0), down("pdx"))}, want: ActionNone},
+		"a failing transition is retried within the promote timeout": {
+			in: TopologyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-30 * time.Second), Failures: 5}, PromoteTimeout: time.Minute,
+				Sites: sites(replica("iad", 0), replica("pdx", 0))}, want: ActionResume, wantSite: "pdx"},
+		"a transition past its timeout without failures is retried": {
+			in: TopologyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Hour)}, PromoteTimeout: time.Minute,
+				Sites: sites(replica("iad", 0), replica("pdx", 0))}, want: ActionResume, wantSite: "pdx"},
+		"a transition that keeps failing is rolled back, its target fenced": {
+			in: TopologyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Minute), Failures: MinPromoteFailures}, PromoteTimeout: time.Minute,
+				Sites: sites(replica("iad", 0), primary("pdx"))}, want: ActionRollBack, wantSite: "pdx"},
+		"a bootstrap is never rolled back": {
+			in: TopologyInput{Transition: &Transition{TargetSite: "iad", StartedAt: t0.Add(-time.Hour), Failures: 9, Bootstrap: true}, PromoteTimeout: time.Minute,
+				Sites: sites(primary("iad"), replica("pdx", 0))}, want: ActionResume, wantSite: "iad"},
 		"bootstrap one writable site":          {in: TopologyInput{Sites: sites(primary("iad"), replica("pdx", 0))}, want: ActionBootstrap, wantSite: "iad"},
 		"no bootstrap without a writable site": {in: TopologyInput{Sites: sites(down("iad"), down("pdx"))}, want: ActionNone},
 		"no bootstrap with two writable sites": {in: TopologyInput{Sites: sites(primary("iad"), primary("pdx"))}, want: ActionNone},

@@ -59,6 +59,8 @@ type Decision struct {
 
 // GroupView is what lease decisions need of the group, read fresh.
 type GroupView struct {
+	// UID of the group: records of another incarnation count for nothing.
+	UID        string
 	Generation int64
 	// Transition: an active-site change is unconfirmed; no grant or renewal.
 	Transition bool
@@ -83,7 +85,8 @@ type GrantInput struct {
 	// Migration is the group's migration mutex record, nil when the object
 	// does not exist.
 	Migration *leases.Record
-	// Hold is this operation's failover-hold record (hold grants only).
+	// Hold is this operation's failover-hold record, nil when the object does
+	// not exist (hold grants only).
 	Hold *leases.Record
 	Now  time.Time
 }
@@ -95,6 +98,13 @@ func DecideGrant(in GrantInput) Decision {
 		return Decision{Outcome: OutcomeRevoked, Reason: in.Tombstone.Reason}
 	}
 	m := in.Migration
+	if !m.BelongsTo(in.Group.UID) {
+		m = foreign(m) // left over from a deleted group of the same name
+	}
+	in.Migration = m
+	if h := in.Hold; h != nil && !h.BelongsTo(in.Group.UID) {
+		in.Hold = foreign(h)
+	}
 	ownM := m != nil && m.OperationID == in.OperationID
 	if ownM && m.State == leases.StateRevoked {
 		return Decision{Outcome: OutcomeRevoked, Reason: m.Reason}
@@ -149,6 +159,15 @@ func decideHoldGrant(in GrantInput) Decision {
 	}
 }
 
+// foreign stands for a record of another incarnation of the group: the
+// object exists (so a grant overwrites it) but holds nothing.
+func foreign(r *leases.Record) *leases.Record {
+	if r == nil {
+		return nil
+	}
+	return &leases.Record{Kind: r.Kind, State: leases.StateExpired}
+}
+
 func isSuccess(o LeaseOutcome) bool {
 	switch o {
 	case OutcomeCreate, OutcomeTakeOver, OutcomeRegrant, OutcomeRenew:
@@ -164,15 +183,20 @@ type RenewInput struct {
 	Token       string
 	Group       GroupView
 	// Record is the operation's record of Kind, nil when the object does not
-	// exist or (migration) records another operation.
+	// exist, records another operation, or belongs to another incarnation of
+	// the group.
 	Record *leases.Record
+	// Migration is the group's migration mutex record, for a failover-hold
+	// renewal: a hold lives only while its operation holds the live mutex.
+	Migration *leases.Record
 	// Tombstone of the operation; gathered when Record is nil.
 	Tombstone *leases.Record
 	Now       time.Time
 }
 
 // DecideRenew decides a PUT: 409 for a revoked operation, 404 for an unknown
-// or ended lease, 403 for a wrong token, then the fence, then 423.
+// or ended lease (a failover-hold whose operation no longer holds the live
+// migration mutex included), 403 for a wrong token, then the fence, then 423.
 func DecideRenew(in RenewInput) Decision {
 	r := in.Record
 	switch {
@@ -183,6 +207,8 @@ func DecideRenew(in RenewInput) Decision {
 	case r.State == leases.StateRevoked:
 		return Decision{Outcome: OutcomeRevoked, Reason: r.Reason}
 	case !r.Live(in.Now):
+		return Decision{Outcome: OutcomeNotFound}
+	case in.Kind == leases.KindFailoverHold && !leases.HoldLive(r, in.Migration, in.Now):
 		return Decision{Outcome: OutcomeNotFound}
 	case !leases.TokenMatches(in.Token, r.TokenHash):
 		return Decision{Outcome: OutcomeTokenMismatch}

@@ -10,14 +10,14 @@ import (
 var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 
 func rec(op string, state leases.State, gen int64, expires time.Time) *leases.Record {
-	return &leases.Record{OperationID: op, Instance: "counter-app", Identity: "system:serviceaccount:app:deploy",
+	return &leases.Record{GroupUID: uid, OperationID: op, Instance: "counter-app", Identity: "system:serviceaccount:app:deploy",
 		State: state, Generation: gen, ExpiresAt: expires, TokenHash: leases.HashToken("tok-" + op)}
 }
 
 func TestDecideGrant(t *testing.T) {
 	live := t0.Add(10 * time.Second)
 	past := t0.Add(-time.Second)
-	g := GroupView{Generation: 7}
+	g := GroupView{UID: uid, Generation: 7}
 	tests := map[string]struct {
 		in   GrantInput
 		want LeaseOutcome
@@ -32,6 +32,10 @@ func TestDecideGrant(t *testing.T) {
 			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:other:deploy", Group: g, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeHeld},
 		"same operation for another instance is held": {
 			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Instance: "other-app", Identity: "system:serviceaccount:app:deploy", Group: g, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeHeld},
+		"a mutex left by a deleted group of the same name is taken over": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g, Migration: &leases.Record{GroupUID: "old-uid", OperationID: "a", State: leases.StateActive, Generation: 7, ExpiresAt: live}}, want: OutcomeTakeOver},
+		"a revoked mutex of a deleted group of the same name does not revoke the operation": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Group: g, Migration: &leases.Record{GroupUID: "old-uid", OperationID: "a", State: leases.StateRevoked, ExpiresAt: live}}, want: OutcomeTakeOver},
 		"an expired holder is taken over": {
 			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g, Migration: rec("a", leases.StateActive, 7, past)}, want: OutcomeTakeOver},
 		"expiry is now > expiresAt: at expiresAt it still holds": {
@@ -49,11 +53,11 @@ func TestDecideGrant(t *testing.T) {
 		"a live holder of an older generation is revoked first": {
 			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g, Migration: rec("a", leases.StateActive, 6, live)}, want: OutcomeRevokeStale},
 		"a grant during an unconfirmed transition is unstable": {
-			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Group: GroupView{Generation: 7, Transition: true}}, want: OutcomeUnstable},
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Group: GroupView{UID: uid, Generation: 7, Transition: true}}, want: OutcomeUnstable},
 		"held beats unstable": {
-			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: GroupView{Generation: 7, Transition: true}, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeHeld},
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: GroupView{UID: uid, Generation: 7, Transition: true}, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeHeld},
 		"a reservation does not block a migration grant": {
-			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Group: GroupView{Generation: 7, Reservation: true}}, want: OutcomeCreate},
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Group: GroupView{UID: uid, Generation: 7, Reservation: true}}, want: OutcomeCreate},
 		"hold for the migration holder is created": {
 			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: g, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeCreate},
 		"hold re-grant for the holder": {
@@ -71,9 +75,9 @@ func TestDecideGrant(t *testing.T) {
 		"hold for a revoked operation is revoked": {
 			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Group: g, Tombstone: &leases.Record{Reason: leases.ReasonTopologyChanged}}, want: OutcomeRevoked},
 		"hold during a reservation is unstable": {
-			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: GroupView{Generation: 7, Reservation: true}, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeUnstable},
+			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: GroupView{UID: uid, Generation: 7, Reservation: true}, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeUnstable},
 		"not-held beats unstable": {
-			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "b", Group: GroupView{Generation: 7, Reservation: true}, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeMigrationNotHeld},
+			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "b", Group: GroupView{UID: uid, Generation: 7, Reservation: true}, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeMigrationNotHeld},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -94,7 +98,7 @@ func TestDecideGrant(t *testing.T) {
 
 func TestDecideRenew(t *testing.T) {
 	live := t0.Add(10 * time.Second)
-	g := GroupView{Generation: 7}
+	g := GroupView{UID: uid, Generation: 7}
 	tests := map[string]struct {
 		in         RenewInput
 		want       LeaseOutcome
@@ -111,7 +115,17 @@ func TestDecideRenew(t *testing.T) {
 		"expired lease": {
 			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: g, Record: rec("a", leases.StateActive, 7, t0.Add(-time.Nanosecond))}, want: OutcomeNotFound},
 		"released lease": {
-			in: RenewInput{Kind: leases.KindFailoverHold, OperationID: "a", Token: "tok-a", Group: g, Record: rec("a", leases.StateReleased, 7, live)}, want: OutcomeNotFound},
+			in: RenewInput{Kind: leases.KindFailoverHold, OperationID: "a", Token: "tok-a", Group: g, Record: rec("a", leases.StateReleased, 7, live), Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeNotFound},
+		"a hold renews while its operation holds the live mutex": {
+			in: RenewInput{Kind: leases.KindFailoverHold, OperationID: "a", Token: "tok-a", Group: g, Record: rec("a", leases.StateActive, 7, live), Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeRenew},
+		"a hold whose operation lost the mutex to another is not found": {
+			in: RenewInput{Kind: leases.KindFailoverHold, OperationID: "a", Token: "tok-a", Group: g, Record: rec("a", leases.StateActive, 7, live), Migration: rec("b", leases.StateActive, 7, live)}, want: OutcomeNotFound},
+		"a hold whose mutex expired is not found": {
+			in: RenewInput{Kind: leases.KindFailoverHold, OperationID: "a", Token: "tok-a", Group: g, Record: rec("a", leases.StateActive, 7, live), Migration: rec("a", leases.StateActive, 7, t0.Add(-time.Nanosecond))}, want: OutcomeNotFound},
+		"a hold whose mutex was released is not found": {
+			in: RenewInput{Kind: leases.KindFailoverHold, OperationID: "a", Token: "tok-a", Group: g, Record: rec("a", leases.StateActive, 7, live), Migration: rec("a", leases.StateReleased, 7, live)}, want: OutcomeNotFound},
+		"a hold without a mutex is not found": {
+			in: RenewInput{Kind: leases.KindFailoverHold, OperationID: "a", Token: "tok-a", Group: g, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeNotFound},
 		"revoked lease": {
 			in:   RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: g, Record: &leases.Record{OperationID: "a", State: leases.StateRevoked, Reason: leases.ReasonOperatorRevoked}},
 			want: OutcomeRevoked, wantReason: leases.ReasonOperatorRevoked},
@@ -119,15 +133,15 @@ func TestDecideRenew(t *testing.T) {
 			in:   RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: g, Tombstone: &leases.Record{Reason: leases.ReasonTopologyChanged}},
 			want: OutcomeRevoked, wantReason: leases.ReasonTopologyChanged},
 		"generation moved: revoke": {
-			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: GroupView{Generation: 8}, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeRevokeStale},
+			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: GroupView{UID: uid, Generation: 8}, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeRevokeStale},
 		"transition: unstable, not renewed": {
-			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: GroupView{Generation: 7, Transition: true}, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeUnstable},
+			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: GroupView{UID: uid, Generation: 7, Transition: true}, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeUnstable},
 		"reservation: hold renewal is unstable": {
-			in: RenewInput{Kind: leases.KindFailoverHold, OperationID: "a", Token: "tok-a", Group: GroupView{Generation: 7, Reservation: true}, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeUnstable},
+			in: RenewInput{Kind: leases.KindFailoverHold, OperationID: "a", Token: "tok-a", Group: GroupView{UID: uid, Generation: 7, Reservation: true}, Record: rec("a", leases.StateActive, 7, live), Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeUnstable},
 		"reservation: migration renewal goes through": {
-			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: GroupView{Generation: 7, Reservation: true}, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeRenew},
+			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: GroupView{UID: uid, Generation: 7, Reservation: true}, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeRenew},
 		"a wrong token during a transition is still a mismatch": {
-			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "nope", Group: GroupView{Generation: 7, Transition: true}, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeTokenMismatch},
+			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "nope", Group: GroupView{UID: uid, Generation: 7, Transition: true}, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeTokenMismatch},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -40,11 +40,11 @@ func firstUnstableCause(st *v1.MysqlFailoverGroupStatus) string {
 		return UnstableOperationReserved
 	case st.PlannedFailover != nil && PlannedPhaseActive(st.PlannedFailover.Phase):
 		return UnstablePlannedFailoverPrefix + string(st.PlannedFailover.Phase)
-	case operationActive(st.UpdatePhase):
+	case st.UpdatePhase.Active():
 		return UnstableOrderedUpdate
-	case operationActive(st.RestoreInPlace):
+	case st.RestoreInPlace.Active():
 		return UnstableRestoreInPlace
-	case operationActive(st.DragonflyUpgrade):
+	case st.DragonflyUpgrade.Active():
 		return UnstableDragonflyUpgrade
 	case conditionTrue(st.Conditions, v1.ConditionAutomaticFailoverHeld):
 		return UnstableAutomaticFailoverHeld
@@ -70,16 +70,6 @@ func PlannedPhaseActive(p v1.PlannedFailoverPhase) bool {
 		return true
 	}
 	return false
-}
-
-// operationActive: an operation phase string is active unless empty or
-// terminal.
-func operationActive(phase string) bool {
-	switch phase {
-	case "", "Completed", "Failed":
-		return false
-	}
-	return true
 }
 
 func conditionTrue(conds []metav1.Condition, t string) bool {

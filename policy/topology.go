@@ -16,8 +16,13 @@ type TopologyAction int
 // Topology actions, in the order they are considered.
 const (
 	ActionNone TopologyAction = iota
-	// ActionResume finishes the promotion announced in status.transition.
+	// ActionResume completes the promotion announced in status.transition:
+	// promote its target, then bump the generation and revoke.
 	ActionResume
+	// ActionRollBack gives up the transition to Site: fence Site read-only
+	// first, and only then clear the transition (and so let the old primary
+	// be reasserted).
+	ActionRollBack
 	// ActionBootstrap records the first confirmed primary (generation 1).
 	ActionBootstrap
 	// ActionFence makes a writable site that is not the active site
@@ -42,13 +47,33 @@ const (
 // deployment leases: emergency failover, fencing and reassertion never read
 // them.
 type TopologyInput struct {
-	Now           time.Time
-	ActiveSite    string
-	Transition    bool
+	Now        time.Time
+	ActiveSite string
+	// Transition is the persisted, unconfirmed change of active site; nil
+	// when none.
+	Transition    *Transition
 	PrimaryLostAt *metav1.Time
 	Budget        time.Duration
-	Sites         []topology.SiteState
+	// PromoteTimeout: a transition whose promotion has failed at least
+	// MinPromoteFailures times and is older than this is rolled back.
+	PromoteTimeout time.Duration
+	Sites          []topology.SiteState
 }
+
+// Transition is what the safety paths need of status.transition.
+type Transition struct {
+	TargetSite string
+	StartedAt  time.Time
+	// Failures counts the failed promotion attempts.
+	Failures int32
+	// Bootstrap transitions are never rolled back: the target is the only
+	// writable site, and fencing it would leave the group with none.
+	Bootstrap bool
+}
+
+// MinPromoteFailures is how many promotion attempts must fail before a
+// transition may be rolled back.
+const MinPromoteFailures = 3
 
 // TopologyDecision is an action, its site, and when to look again.
 type TopologyDecision struct {
@@ -60,9 +85,23 @@ type TopologyDecision struct {
 }
 
 // DecideTopology picks the next safety step.
+//
+// A started transition is never abandoned: it completes (ActionResume), or
+// it is rolled back with its target fenced before anything else (the old
+// primary included) is made writable again (ActionRollBack). While its
+// target cannot be reached, nothing is reopened: the group waits, NoPrimary.
 func DecideTopology(in TopologyInput) TopologyDecision {
-	if in.Transition {
-		return TopologyDecision{Action: ActionResume}
+	if t := in.Transition; t != nil {
+		target := findSite(in.Sites, t.TargetSite)
+		switch {
+		case target == nil || !target.Reachable:
+			return TopologyDecision{Action: ActionNone, RequeueAfter: 5 * time.Second,
+				Reason: fmt.Sprintf("transition to %s waits for its target: no site is reopened until %s is promoted or fenced", t.TargetSite, t.TargetSite)}
+		case !t.Bootstrap && t.Failures >= MinPromoteFailures && in.Now.Sub(t.StartedAt) >= in.PromoteTimeout:
+			return TopologyDecision{Action: ActionRollBack, Site: t.TargetSite,
+				Reason: fmt.Sprintf("promotion of %s failed %d times over %s", t.TargetSite, t.Failures, in.Now.Sub(t.StartedAt).Round(time.Second))}
+		}
+		return TopologyDecision{Action: ActionResume, Site: t.TargetSite}
 	}
 	var writable []string
 	var active *topology.SiteState
@@ -93,7 +132,7 @@ func DecideTopology(in TopologyInput) TopologyDecision {
 		if waited := in.Now.Sub(in.PrimaryLostAt.Time); waited < in.Budget {
 			return TopologyDecision{Action: ActionNone, RequeueAfter: in.Budget - waited, Reason: "active site unreachable, within the detection budget"}
 		}
-		if best := bestCandidate(in.Sites, in.ActiveSite); best != "" {
+		if best := BestSite(in.Sites, in.ActiveSite); best != "" {
 			return TopologyDecision{Action: ActionEmergencyPromote, Site: best, Reason: "active site unreachable for the detection budget"}
 		}
 		return TopologyDecision{Action: ActionNone, RequeueAfter: 5 * time.Second, Reason: "no reachable site to promote"}
@@ -112,12 +151,16 @@ func DecideTopology(in TopologyInput) TopologyDecision {
 	return TopologyDecision{Action: ActionNone}
 }
 
-// bestCandidate is the reachable site, other than the lost one, with the
-// least lag; replicating sites first; spec order breaks ties.
-func bestCandidate(sites []topology.SiteState, lost string) string {
+// BestSite is the one rule for choosing a site to promote: the reachable
+// site other than exclude (the current or lost primary) that replicates, with
+// the least lag; a reachable site that does not replicate only when none
+// does; spec order breaks ties. "" when no other site is reachable. Planned
+// operations still pass their choice through SiteReady, which refuses a
+// target that does not replicate.
+func BestSite(sites []topology.SiteState, exclude string) string {
 	best := -1
 	for i, s := range sites {
-		if !s.Reachable || s.Name == lost {
+		if !s.Reachable || s.Name == exclude {
 			continue
 		}
 		if best < 0 || better(s, sites[best]) {
@@ -135,6 +178,25 @@ func better(a, b topology.SiteState) bool {
 		return a.ReplicationRunning
 	}
 	return a.LagSeconds < b.LagSeconds
+}
+
+func findSite(sites []topology.SiteState, name string) *topology.SiteState {
+	for i := range sites {
+		if sites[i].Name == name {
+			return &sites[i]
+		}
+	}
+	return nil
+}
+
+// AutomaticFailoverHeld tells whether a planned failover holds the emergency
+// path, and why: only while it is Promoting. A merely Deferred failover never
+// does, or a failover-hold would delay emergency failover indirectly.
+func AutomaticFailoverHeld(pf *v1.PlannedFailoverStatus) (bool, string) {
+	if pf != nil && pf.Phase == v1.PlannedFailoverPhasePromoting {
+		return true, "PlannedFailoverPromoting"
+	}
+	return false, "NoPlannedFailover"
 }
 
 // SiteReady tells whether site can take a planned promotion: reachable and,

@@ -1,8 +1,9 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
@@ -10,11 +11,28 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "bloodraven.shipstream.io", Version: "v1alpha1"}
 
 	// SchemeBuilder registers the types of this package with a runtime.Scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = &schemeBuilder{}
 
 	// AddToScheme adds the types of this package to a runtime.Scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+// schemeBuilder collects the package's types. It is apimachinery only, not
+// controller-runtime's scheme.Builder, so that pure packages (policy) can
+// use these types without linking a client.
+type schemeBuilder struct{ objects []runtime.Object }
+
+// Register adds objects to the types the builder registers.
+func (b *schemeBuilder) Register(objects ...runtime.Object) {
+	b.objects = append(b.objects, objects...)
+}
+
+// AddToScheme registers the types with s.
+func (b *schemeBuilder) AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, b.objects...)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}
 
 // RevokeDeploymentLeasesAnnotation, set on a MysqlFailoverGroup with any
 // value, asks the operator to revoke every live deployment lease of the group

@@ -121,6 +121,30 @@ const (
 	PlannedFailoverPhaseFailed    PlannedFailoverPhase = "Failed"
 )
 
+// OperationPhase is the phase of an ordered update, a restore-in-place or a
+// Dragonfly upgrade. Empty means none has run.
+// +kubebuilder:validation:Enum="";Admitting;Deferred;UpdatingReplicas;FailingOver;UpdatingFormerPrimary;Restoring;Promoting;Completed;Failed
+type OperationPhase string
+
+// Phases of ordered updates and restores-in-place.
+const (
+	PhaseNone                  OperationPhase = ""
+	PhaseAdmitting             OperationPhase = "Admitting"
+	PhaseDeferred              OperationPhase = "Deferred"
+	PhaseUpdatingReplicas      OperationPhase = "UpdatingReplicas"
+	PhaseFailingOver           OperationPhase = "FailingOver"
+	PhaseUpdatingFormerPrimary OperationPhase = "UpdatingFormerPrimary"
+	PhaseRestoring             OperationPhase = "Restoring"
+	PhasePromoting             OperationPhase = "Promoting"
+	PhaseCompleted             OperationPhase = "Completed"
+	PhaseFailed                OperationPhase = "Failed"
+)
+
+// Active tells whether the phase is in flight (neither empty nor terminal).
+func (p OperationPhase) Active() bool {
+	return p != PhaseNone && p != PhaseCompleted && p != PhaseFailed
+}
+
 // DeferReasonDeploymentHold is the reason a planned operation waits behind a
 // live failover-hold deployment lease.
 const DeferReasonDeploymentHold = "DeploymentHold"
@@ -215,6 +239,17 @@ type TopologyTransition struct {
 
 	// StartedAt is when the operator marked the transition.
 	StartedAt metav1.Time `json:"startedAt"`
+
+	// Failures counts the promotion attempts that failed. After a few
+	// failures over the operator's promote timeout the transition is rolled
+	// back: its target is fenced read-only before any other site is made
+	// writable again.
+	// +optional
+	Failures int32 `json:"failures,omitempty"`
+
+	// LastError is the error of the last failed promotion attempt.
+	// +optional
+	LastError string `json:"lastError,omitempty"`
 }
 
 // OperationReservation is written by the operator after a planned operation
@@ -287,17 +322,17 @@ type MysqlFailoverGroupStatus struct {
 
 	// UpdatePhase is the phase of the ordered update; empty when none runs.
 	// +optional
-	UpdatePhase string `json:"updatePhase,omitempty"`
+	UpdatePhase OperationPhase `json:"updatePhase,omitempty"`
 
 	// RestoreInPlace is the phase of the restore-in-place; empty when none
 	// runs.
 	// +optional
-	RestoreInPlace string `json:"restoreInPlace,omitempty"`
+	RestoreInPlace OperationPhase `json:"restoreInPlace,omitempty"`
 
 	// DragonflyUpgrade is the phase of a Dragonfly upgrade; empty when none
 	// runs.
 	// +optional
-	DragonflyUpgrade string `json:"dragonflyUpgrade,omitempty"`
+	DragonflyUpgrade OperationPhase `json:"dragonflyUpgrade,omitempty"`
 
 	// Conditions: Ready, Degraded, SplitBrain, NoPrimary,
 	// AutomaticFailoverHeld.

@@ -1,0 +1,206 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/policy"
+	"github.com/shipstream/bloodraven/topology"
+)
+
+// gated is what the admission gate needs to know about one operation.
+type gated struct {
+	op, id, target string
+	// deferred records a deferral in status.
+	deferred func(adm policy.Admission)
+	// wasDeferred is true when the operation was deferred before.
+	wasDeferred bool
+	// waiting records why the operation cannot be admitted yet.
+	waiting func(msg string)
+}
+
+// reconcileOperations releases a reservation whose request is gone, then
+// runs each planned operation, one file each.
+func (r *GroupReconciler) reconcileOperations(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, st *step) error {
+	r.withdrawRemovedRequests(g)
+	for _, op := range []func(context.Context, *v1.MysqlFailoverGroup, []topology.SiteState, *step) error{
+		r.reconcilePlannedFailover, r.reconcileOrderedUpdate, r.reconcileRestoreInPlace,
+	} {
+		if err := op(ctx, g, sites, st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// requests lists the planned operations the spec asks for.
+func requests(g *v1.MysqlFailoverGroup) []policy.Request {
+	var out []policy.Request
+	if pf := g.Spec.PlannedFailover; pf != nil {
+		out = append(out, policy.Request{Operation: OpPlannedFailover, ID: pf.ID})
+	}
+	if rev := g.Spec.UpdateRevision; rev != "" {
+		out = append(out, policy.Request{Operation: OpOrderedUpdate, ID: rev})
+	}
+	if rp := g.Spec.RestoreInPlace; rp != nil {
+		out = append(out, policy.Request{Operation: OpRestoreInPlace, ID: rp.ID})
+	}
+	return out
+}
+
+// withdrawRemovedRequests ends what a removed or replaced request left
+// behind: its reservation (so holds are granted again) and its in-flight
+// phase, which becomes Failed/RequestWithdrawn. A transition already under
+// way is left to the safety paths, which complete it or roll it back.
+func (r *GroupReconciler) withdrawRemovedRequests(g *v1.MysqlFailoverGroup) {
+	transitionOp := ""
+	if t := g.Status.Transition; t != nil {
+		transitionOp = t.Operation
+	}
+	reqs := requests(g)
+	if res := g.Status.Reservation; res != nil && !policy.ReservationStands(policy.Request{Operation: res.Operation, ID: res.ID}, reqs, transitionOp) {
+		g.Status.Reservation = nil
+		r.failOperation(g, res.Operation, "RequestWithdrawn")
+	}
+	if pf := g.Status.PlannedFailover; pf != nil && policy.PlannedPhaseActive(pf.Phase) && transitionOp != OpPlannedFailover &&
+		!policy.ReservationStands(policy.Request{Operation: OpPlannedFailover, ID: pf.ID}, reqs, "") {
+		r.failOperation(g, OpPlannedFailover, "RequestWithdrawn")
+	}
+	if g.Status.UpdatePhase.Active() && g.Spec.UpdateRevision == "" && transitionOp != OpOrderedUpdate {
+		r.failOperation(g, OpOrderedUpdate, "RequestWithdrawn")
+	}
+	if g.Status.RestoreInPlace.Active() && transitionOp != OpRestoreInPlace &&
+		(g.Spec.RestoreInPlace == nil || g.Spec.RestoreInPlace.ID != g.Status.RestoreInPlaceID) {
+		r.failOperation(g, OpRestoreInPlace, "RequestWithdrawn")
+	}
+}
+
+// failOperation marks op's in-flight phase Failed with reason, releases its
+// reservation, and emits OperationFailed when a phase changed.
+func (r *GroupReconciler) failOperation(g *v1.MysqlFailoverGroup, op, reason string) {
+	r.releaseReservation(g, op)
+	id, changed := "", false
+	switch op {
+	case OpPlannedFailover:
+		if pf := g.Status.PlannedFailover; pf != nil && pf.Phase != v1.PlannedFailoverPhaseCompleted && pf.Phase != v1.PlannedFailoverPhaseFailed {
+			pf.Phase, pf.Reason, pf.Admission = v1.PlannedFailoverPhaseFailed, reason, nil
+			id, changed = pf.ID, true
+		}
+	case OpOrderedUpdate:
+		if g.Status.UpdatePhase.Active() {
+			g.Status.UpdatePhase, changed = v1.PhaseFailed, true
+		}
+	case OpRestoreInPlace:
+		if g.Status.RestoreInPlace.Active() {
+			g.Status.RestoreInPlace, id, changed = v1.PhaseFailed, g.Status.RestoreInPlaceID, true
+		}
+	}
+	if changed {
+		EventOperationFailed.emit(r.Recorder, g, op, id, reason)
+	}
+}
+
+// gate admits a planned operation. It returns true once the operation holds
+// a persisted reservation and no live failover-hold exists after it was
+// written. The deployment API refuses holds with 423 while a reservation
+// stands and re-reads the group after writing a hold grant; the gate, after
+// writing its reservation, re-reads the holds and records every lapsed one
+// as expired with the resourceVersion it read. So a grant, re-grant or
+// renewal racing an admission meets it in one compare-and-swap order: one
+// of the two sees the other, and never both proceed.
+func (r *GroupReconciler) gate(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, st *step, o gated) (bool, error) {
+	if res := g.Status.Reservation; res != nil && (res.Operation != o.op || res.ID != o.id) {
+		o.waiting(fmt.Sprintf("waiting for %s %s to finish", res.Operation, res.ID))
+		st.after(waitRetry)
+		return false, nil
+	}
+	adm, _, err := r.admit(ctx, g, sites, o.target)
+	if err != nil {
+		return false, err
+	}
+	if adm.Verdict == policy.Admitted && g.Status.Reservation == nil {
+		g.Status.Reservation = &v1.OperationReservation{Operation: o.op, ID: o.id, ReservedAt: r.now()}
+		if err := r.writeStatus(ctx, g); err != nil {
+			return false, err
+		}
+		if adm, err = r.confirmAdmission(ctx, g, sites, o.target); err != nil {
+			return false, err
+		}
+	}
+	switch adm.Verdict {
+	case policy.Admitted:
+		return true, nil
+	case policy.DeferForHold:
+		g.Status.Reservation = nil
+		o.deferred(adm)
+		if !o.wasDeferred {
+			EventPlannedFailoverDeferred.emit(r.Recorder, g, o.op, o.id, adm.RetryTime.UTC().Format(time.RFC3339Nano), adm.Message)
+			if r.Metrics != nil {
+				r.Metrics.Deferred.WithLabelValues(g.Namespace, g.Name, o.op).Inc()
+			}
+		}
+		// Look again just after the earliest hold lapses; a renewal or
+		// release wakes the controller earlier through the Lease watch.
+		st.after(adm.RetryTime.Sub(r.Clock.Now()) + 100*time.Millisecond)
+	default:
+		g.Status.Reservation = nil
+		o.waiting(adm.Message)
+		st.after(waitRetry)
+	}
+	return false, nil
+}
+
+// admit reads the group's leases fresh and decides.
+func (r *GroupReconciler) admit(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, target string) (policy.Admission, map[*leases.Record]*leasestore.Object, error) {
+	objs, err := r.Leases.ListObjects(ctx, g.Namespace, g.Name, true)
+	if err != nil {
+		return policy.Admission{}, nil, err
+	}
+	recs := make([]*leases.Record, len(objs))
+	objOf := make(map[*leases.Record]*leasestore.Object, len(objs))
+	for i, o := range objs {
+		recs[i], objOf[o.Record] = o.Record, o
+	}
+	ready, why := policy.SiteReady(sites, target, g.Status.ActiveSite)
+	return policy.Admit(policy.AdmissionInput{Now: r.Clock.Now(), GroupUID: string(g.UID), Leases: recs,
+		TargetReady: ready, TargetReason: why}), objOf, nil
+}
+
+// confirmAdmission re-decides after the reservation is persisted and makes
+// the end of every lapsed hold durable: each is written as expired with the
+// resourceVersion just read. A write that conflicts means a renewal or
+// re-grant landed first; the decision is taken again from fresh reads.
+func (r *GroupReconciler) confirmAdmission(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, target string) (policy.Admission, error) {
+	var adm policy.Admission
+	err := leasestore.Optimistic(func(bool) error {
+		var objOf map[*leases.Record]*leasestore.Object
+		var err error
+		if adm, objOf, err = r.admit(ctx, g, sites, target); err != nil || adm.Verdict != policy.Admitted {
+			return err
+		}
+		for _, h := range adm.Lapsed {
+			if _, err := r.Leases.Update(ctx, g, objOf[h], h.Expired()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return adm, err
+}
+
+func (r *GroupReconciler) releaseReservation(g *v1.MysqlFailoverGroup, op string) {
+	if res := g.Status.Reservation; res != nil && res.Operation == op {
+		g.Status.Reservation = nil
+	}
+}
+
+func microTime(t time.Time) *metav1.MicroTime {
+	mt := metav1.NewMicroTime(t)
+	return &mt
+}

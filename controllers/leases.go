@@ -1,0 +1,95 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/policy"
+)
+
+// reconcileLeases makes the stored deployment leases match their effect:
+// revocations (the revoke annotation, or leases granted under another
+// generation), expiries, and leftovers of a deleted group of the same name.
+// It is its own step: a failing Lease read or write (throttling, a denied
+// update, a broken object) is logged and retried after bookkeepingRetry, and
+// never stops the safety paths, which ran before it and read no lease. The
+// fence does not depend on it: the deployment API compares every lease's
+// generation with the group's on every request.
+func (r *GroupReconciler) reconcileLeases(ctx context.Context, g *v1.MysqlFailoverGroup, st *step) {
+	if err := r.bookkeep(ctx, g); err != nil {
+		log.FromContext(ctx).Error(err, "lease bookkeeping failed; the fence still holds, retrying",
+			"retryAfter", bookkeepingRetry.String(), "topologyGeneration", g.Status.TopologyGeneration)
+		if r.Metrics != nil {
+			r.Metrics.BookkeepingErrors.WithLabelValues(g.Namespace, g.Name).Inc()
+		}
+		if st != nil {
+			st.after(bookkeepingRetry)
+		}
+	}
+}
+
+func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup) error {
+	objs, err := r.Leases.ListObjects(ctx, g.Namespace, g.Name, true)
+	if err != nil {
+		return err
+	}
+	recs := make([]*leases.Record, len(objs))
+	objOf := map[*leases.Record]*leasestore.Object{}
+	for i, o := range objs {
+		recs[i], objOf[o.Record] = o.Record, o
+	}
+	_, annotated := g.Annotations[v1.RevokeDeploymentLeasesAnnotation]
+	d := policy.DecideBookkeeping(policy.BookkeepingInput{Now: r.Clock.Now(), GroupUID: string(g.UID),
+		Generation: g.Status.TopologyGeneration, RevokeAll: annotated, Leases: recs})
+
+	var errs []error
+	if err := r.revoke(ctx, g, d.Revoke, d.Reason); err != nil {
+		errs = append(errs, err)
+	} else if annotated {
+		patch := client.MergeFrom(g.DeepCopy())
+		delete(g.Annotations, v1.RevokeDeploymentLeasesAnnotation)
+		if err := r.Client.Patch(ctx, g, patch); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", v1.RevokeDeploymentLeasesAnnotation, err))
+		}
+	}
+	// Each write carries the resourceVersion the decision was made on: a
+	// record that changed since (a renewal) is left for the next pass.
+	for _, rec := range d.Expire {
+		if _, err := r.Leases.Update(ctx, g, objOf[rec], rec.Expired()); err != nil && !apierrors.IsConflict(err) {
+			errs = append(errs, fmt.Errorf("record %s lease of %s as expired: %w", rec.Kind, rec.OperationID, err))
+		}
+	}
+	for _, rec := range d.Foreign {
+		if err := r.Leases.Delete(ctx, objOf[rec]); err != nil && !apierrors.IsConflict(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// revoke revokes each operation and emits one Event for those it ended.
+func (r *GroupReconciler) revoke(ctx context.Context, g *v1.MysqlFailoverGroup, ops []string, reason string) error {
+	var revoked []string
+	var errs []error
+	for _, op := range ops {
+		recs, err := r.Leases.Revoke(ctx, g, op, reason)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("revoke operation %s: %w", op, err))
+		}
+		if len(recs) > 0 {
+			revoked = append(revoked, op)
+		}
+	}
+	if len(revoked) > 0 {
+		EventDeploymentLeaseRevoked.emit(r.Recorder, g, reason, g.Status.TopologyGeneration, revoked)
+	}
+	return errors.Join(errs...)
+}

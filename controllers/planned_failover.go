@@ -1,0 +1,78 @@
+package controllers
+
+import (
+	"context"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/policy"
+	"github.com/shipstream/bloodraven/topology"
+)
+
+// reconcilePlannedFailover runs spec.plannedFailover: Admitting → (Deferred
+// behind a live hold) → Promoting → Completed, or Failed.
+func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, st *step) error {
+	req := g.Spec.PlannedFailover
+	if req == nil {
+		return nil
+	}
+	// Always through g: a status write replaces g.Status with the server's copy.
+	pf := func() *v1.PlannedFailoverStatus { return g.Status.PlannedFailover }
+	if pf() == nil || pf().ID != req.ID {
+		g.Status.PlannedFailover = &v1.PlannedFailoverStatus{ID: req.ID, TargetSite: req.TargetSite, Phase: v1.PlannedFailoverPhaseAdmitting}
+	}
+	target := pf().TargetSite
+	switch pf().Phase {
+	case v1.PlannedFailoverPhaseCompleted, v1.PlannedFailoverPhaseFailed:
+		return nil
+	case v1.PlannedFailoverPhasePromoting:
+		if g.Status.ActiveSite != target || g.Status.Transition != nil {
+			if err := r.promote(ctx, g, OpPlannedFailover, target); err != nil {
+				return err
+			}
+		}
+		return r.completePlanned(ctx, g, "Promoted")
+	}
+	if g.Status.ActiveSite == "" {
+		pf().Phase, pf().Reason = v1.PlannedFailoverPhaseAdmitting, "NotBootstrapped"
+		st.after(waitRetry)
+		return nil
+	}
+	if target == g.Status.ActiveSite && g.Status.Reservation == nil {
+		return r.completePlanned(ctx, g, "AlreadyActive")
+	}
+	ok, err := r.gate(ctx, g, sites, st, gated{
+		op: OpPlannedFailover, id: req.ID, target: target,
+		wasDeferred: pf().Phase == v1.PlannedFailoverPhaseDeferred,
+		deferred: func(adm policy.Admission) {
+			pf().Phase, pf().Reason = v1.PlannedFailoverPhaseDeferred, v1.DeferReasonDeploymentHold
+			pf().Admission = &v1.Admission{DeferReason: v1.DeferReasonDeploymentHold, RetryTime: microTime(adm.RetryTime), Message: adm.Message}
+		},
+		waiting: func(msg string) {
+			pf().Phase, pf().Reason = v1.PlannedFailoverPhaseAdmitting, "Waiting"
+			pf().Admission = &v1.Admission{Message: msg}
+		},
+	})
+	if err != nil || !ok {
+		return err
+	}
+	pf().Phase, pf().Reason, pf().Admission = v1.PlannedFailoverPhasePromoting, "", nil
+	held, reason := policy.AutomaticFailoverHeld(pf())
+	setCondition(g, v1.ConditionAutomaticFailoverHeld, held, reason, "planned failover "+req.ID+" is moving the primary", r.now())
+	if err := r.promote(ctx, g, OpPlannedFailover, target); err != nil {
+		return err
+	}
+	return r.completePlanned(ctx, g, "Promoted")
+}
+
+func (r *GroupReconciler) completePlanned(ctx context.Context, g *v1.MysqlFailoverGroup, reason string) error {
+	pf := g.Status.PlannedFailover
+	pf.Phase, pf.Reason, pf.Admission = v1.PlannedFailoverPhaseCompleted, reason, nil
+	r.releaseReservation(g, OpPlannedFailover)
+	held, why := policy.AutomaticFailoverHeld(pf)
+	setCondition(g, v1.ConditionAutomaticFailoverHeld, held, why, "", r.now())
+	if err := r.writeStatus(ctx, g); err != nil {
+		return err
+	}
+	EventOperationCompleted.emit(r.Recorder, g, OpPlannedFailover, pf.ID)
+	return nil
+}

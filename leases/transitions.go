@@ -1,0 +1,96 @@
+package leases
+
+import "time"
+
+// Grant is what a new lease is made of.
+type Grant struct {
+	Group, GroupUID                 string
+	Kind                            Kind
+	OperationID, Instance, Identity string
+	// Generation is the group's topologyGeneration at the grant.
+	Generation int64
+	TTLSeconds int64
+}
+
+// NewGrant is the record of a grant (new, take-over or re-grant) at now: a
+// fresh expiry and the hash of the new token.
+func NewGrant(g Grant, tokenHash string, now time.Time) Record {
+	return Record{
+		Group: g.Group, GroupUID: g.GroupUID, Kind: g.Kind, OperationID: g.OperationID, Instance: g.Instance,
+		Identity: g.Identity, State: StateActive, Generation: g.Generation, TTLSeconds: g.TTLSeconds,
+		ExpiresAt: ExpiryAt(now, g.TTLSeconds), GrantedAt: now, RenewedAt: now, TokenHash: tokenHash,
+	}
+}
+
+// Renewed is r renewed at now for ttl seconds.
+func (r Record) Renewed(ttlSeconds int64, now time.Time) Record {
+	r.TTLSeconds, r.RenewedAt, r.ExpiresAt = ttlSeconds, now, ExpiryAt(now, ttlSeconds)
+	return r
+}
+
+// Released is r released by its holder at now.
+func (r Record) Released(now time.Time) Record {
+	r.State, r.RenewedAt = StateReleased, now
+	return r
+}
+
+// Expired is r recorded as expired: its expiry passed, or (a failover-hold)
+// its operation no longer holds the live migration mutex.
+func (r Record) Expired() Record {
+	r.State = StateExpired
+	return r
+}
+
+// Revoked is r revoked at now for reason.
+func (r Record) Revoked(reason string, now time.Time) Record {
+	r.State, r.Reason, r.RevokedAt = StateRevoked, reason, now
+	return r
+}
+
+// NewTombstone is the revocation record of operation: it outlives the
+// operation's leases and answers 409 revoked until the group is deleted.
+// revoked are the operation's records it ends; their token hashes are kept.
+func NewTombstone(group, groupUID, operationID, reason string, generation int64, revoked []Record, now time.Time) Record {
+	t := Record{Group: group, GroupUID: groupUID, Kind: KindTombstone, OperationID: operationID, State: StateRevoked,
+		Reason: reason, Generation: generation, GrantedAt: now, RenewedAt: now, ExpiresAt: now, RevokedAt: now}
+	for _, r := range revoked {
+		t.Instance, t.Identity = r.Instance, r.Identity
+		if r.TokenHash != "" {
+			t.RevokedTokenHashes = append(t.RevokedTokenHashes, r.TokenHash)
+		}
+	}
+	return t
+}
+
+// HoldLive tells whether a failover-hold defers anything at now: the hold
+// itself is live, and its operation holds the live migration mutex for the
+// same instance. Once the operation's migration lease has expired, been
+// released or revoked, or belongs to another operation, the hold is dead.
+func HoldLive(hold, migration *Record, now time.Time) bool {
+	return hold.Live(now) && migration.Live(now) &&
+		migration.OperationID == hold.OperationID && migration.Instance == hold.Instance &&
+		migration.GroupUID == hold.GroupUID
+}
+
+// Effective is the subset of recs (one group's records, read together) that
+// has effect at now for the group with groupUID: the live migration mutex
+// and the holds live under HoldLive. Order is kept.
+func Effective(recs []*Record, groupUID string, now time.Time) []*Record {
+	var mig *Record
+	for _, r := range recs {
+		if r.Kind == KindMigration && r.BelongsTo(groupUID) && r.Live(now) {
+			mig = r
+		}
+	}
+	var out []*Record
+	for _, r := range recs {
+		switch {
+		case !r.BelongsTo(groupUID):
+		case r.Kind == KindMigration && r == mig:
+			out = append(out, r)
+		case r.Kind == KindFailoverHold && HoldLive(r, mig, now):
+			out = append(out, r)
+		}
+	}
+	return out
+}

@@ -1,0 +1,91 @@
+package leasestore
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
+)
+
+// Labels and annotations on deployment Lease objects.
+const (
+	LabelManagedBy   = "app.kubernetes.io/managed-by"
+	ManagedByValue   = "bloodraven"
+	LabelDeployLease = "bloodraven.shipstream.io/deployment-lease"
+	LabelGroup       = "bloodraven.shipstream.io/group"
+	LabelKind        = "bloodraven.shipstream.io/kind"
+	RecordAnnotation = "bloodraven.shipstream.io/record"
+)
+
+// Encode writes rec into l: labels, the record annotation, the spec
+// projection for kubectl users, and the owner reference to group (replaced,
+// so a Lease taken over for a re-created group of the same name is owned by
+// the new one). group may be nil only for l that already has its owner.
+func Encode(l *coordinationv1.Lease, rec *leases.Record, group *v1.MysqlFailoverGroup) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode lease record: %w", err)
+	}
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	l.Labels[LabelManagedBy] = ManagedByValue
+	l.Labels[LabelDeployLease] = "true"
+	l.Labels[LabelGroup] = leases.GroupLabelValue(rec.Group)
+	l.Labels[LabelKind] = string(rec.Kind)
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[RecordAnnotation] = string(data)
+	if group != nil {
+		l.OwnerReferences = []metav1.OwnerReference{{
+			APIVersion:         v1.GroupVersion.String(),
+			Kind:               "MysqlFailoverGroup",
+			Name:               group.Name,
+			UID:                group.UID,
+			BlockOwnerDeletion: ptr.To(false),
+		}}
+	}
+	l.Spec.HolderIdentity = ptr.To(rec.OperationID)
+	l.Spec.LeaseDurationSeconds = ptr.To(durationProjection(rec))
+	l.Spec.AcquireTime = &metav1.MicroTime{Time: rec.GrantedAt}
+	l.Spec.RenewTime = &metav1.MicroTime{Time: rec.RenewedAt}
+	return nil
+}
+
+// durationProjection is spec.leaseDurationSeconds: the ttl in whole seconds
+// while active, at least 1 (the API server rejects 0), 1 for terminal records.
+func durationProjection(rec *leases.Record) int32 {
+	if rec.State != leases.StateActive {
+		return 1
+	}
+	return int32(max(1, min(rec.TTLSeconds, math.MaxInt32)))
+}
+
+// Decode reads the record of a deployment Lease. A record written before
+// records carried their group's UID takes it from the Lease's owner
+// reference.
+func Decode(l *coordinationv1.Lease) (*leases.Record, error) {
+	data, ok := l.Annotations[RecordAnnotation]
+	if !ok {
+		return nil, fmt.Errorf("lease %s/%s has no %s annotation", l.Namespace, l.Name, RecordAnnotation)
+	}
+	rec := &leases.Record{}
+	if err := json.Unmarshal([]byte(data), rec); err != nil {
+		return nil, fmt.Errorf("lease %s/%s: decode record: %w", l.Namespace, l.Name, err)
+	}
+	if rec.GroupUID == "" {
+		for _, o := range l.OwnerReferences {
+			if o.Kind == "MysqlFailoverGroup" && o.APIVersion == v1.GroupVersion.String() && o.Name == rec.Group {
+				rec.GroupUID = string(o.UID)
+			}
+		}
+	}
+	return rec, nil
+}

@@ -1,0 +1,69 @@
+package policy
+
+import (
+	"sort"
+	"time"
+
+	"github.com/shipstream/bloodraven/leases"
+)
+
+// BookkeepingInput is what lease bookkeeping needs: the group's identity and
+// fence, whether the revoke annotation is present, and its lease records,
+// read fresh.
+type BookkeepingInput struct {
+	Now        time.Time
+	GroupUID   string
+	Generation int64
+	RevokeAll  bool
+	Leases     []*leases.Record
+}
+
+// Bookkeeping is what the controller writes so the stored leases match
+// their effect. None of it gates a safety path: the fence is the group's
+// generation, checked by the deployment API on every request, so a
+// revocation that fails to be written is late, never unsafe.
+type Bookkeeping struct {
+	// Revoke lists operations (sorted) whose live leases end with Reason.
+	Revoke []string
+	Reason string
+	// Expire lists active records that have no effect any more: past their
+	// expiry, or failover-holds whose operation no longer holds the live
+	// migration mutex. Operations in Revoke are not listed.
+	Expire []*leases.Record
+	// Foreign lists records of a deleted group of the same name.
+	Foreign []*leases.Record
+}
+
+// DecideBookkeeping picks revocations, expiries and leftovers. With the
+// revoke annotation every operation with a live lease is revoked
+// (operator_revoked); otherwise every operation with a live lease granted
+// under another generation (topology_changed).
+func DecideBookkeeping(in BookkeepingInput) Bookkeeping {
+	out := Bookkeeping{Reason: leases.ReasonTopologyChanged}
+	if in.RevokeAll {
+		out.Reason = leases.ReasonOperatorRevoked
+	}
+	revoke := map[string]bool{}
+	for _, r := range in.Leases {
+		switch {
+		case !r.BelongsTo(in.GroupUID):
+			out.Foreign = append(out.Foreign, r)
+		case r.Live(in.Now) && (in.RevokeAll || r.Generation != in.Generation):
+			revoke[r.OperationID] = true
+		}
+	}
+	for op := range revoke {
+		out.Revoke = append(out.Revoke, op)
+	}
+	sort.Strings(out.Revoke)
+	effective := map[*leases.Record]bool{}
+	for _, r := range leases.Effective(in.Leases, in.GroupUID, in.Now) {
+		effective[r] = true
+	}
+	for _, r := range in.Leases {
+		if r.State == leases.StateActive && r.BelongsTo(in.GroupUID) && !effective[r] && !revoke[r.OperationID] {
+			out.Expire = append(out.Expire, r)
+		}
+	}
+	return out
+}

@@ -1,0 +1,117 @@
+package policy
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/topology"
+)
+
+func TestDecideBookkeeping(t *testing.T) {
+	live, past := t0.Add(time.Minute), t0.Add(-time.Second)
+	at := func(r *leases.Record, gen int64) *leases.Record { r.Generation = gen; return r }
+	foreign := &leases.Record{GroupUID: "old", Kind: leases.KindMigration, OperationID: "z", State: leases.StateActive, ExpiresAt: live}
+	tests := map[string]struct {
+		in                   BookkeepingInput
+		wantRevoke           []string
+		wantReason           string
+		wantExpire, wantGone int
+	}{
+		"current leases are left alone": {
+			in: BookkeepingInput{Generation: 2, Leases: []*leases.Record{at(lease(leases.KindMigration, "a", leases.StateActive, live), 2)}}},
+		"a live lease of another generation is revoked, topology_changed": {
+			in:         BookkeepingInput{Generation: 3, Leases: []*leases.Record{at(lease(leases.KindMigration, "a", leases.StateActive, live), 2)}},
+			wantRevoke: []string{"a"}, wantReason: leases.ReasonTopologyChanged},
+		"the revoke annotation revokes every live lease, operator_revoked": {
+			in: BookkeepingInput{Generation: 2, RevokeAll: true, Leases: []*leases.Record{
+				at(lease(leases.KindMigration, "b", leases.StateActive, live), 2), at(lease(leases.KindFailoverHold, "b", leases.StateActive, live), 2),
+				at(lease(leases.KindFailoverHold, "a", leases.StateActive, live), 2)}},
+			wantRevoke: []string{"a", "b"}, wantReason: leases.ReasonOperatorRevoked},
+		"an expired active lease is recorded as expired": {
+			in:         BookkeepingInput{Generation: 2, Leases: []*leases.Record{at(lease(leases.KindMigration, "a", leases.StateActive, past), 2)}},
+			wantExpire: 1},
+		"a hold whose operation lost the mutex is recorded as expired": {
+			in: BookkeepingInput{Generation: 2, Leases: []*leases.Record{
+				at(lease(leases.KindMigration, "b", leases.StateActive, live), 2), at(lease(leases.KindFailoverHold, "a", leases.StateActive, live), 2)}},
+			wantExpire: 1},
+		"terminal records need nothing": {
+			in: BookkeepingInput{Generation: 5, Leases: []*leases.Record{
+				at(lease(leases.KindMigration, "a", leases.StateReleased, live), 2), at(lease(leases.KindFailoverHold, "a", leases.StateRevoked, live), 2)}}},
+		"records of a deleted group of the same name are cleaned up, never revoked": {
+			in:       BookkeepingInput{Generation: 5, RevokeAll: true, Leases: []*leases.Record{foreign}},
+			wantGone: 1, wantReason: leases.ReasonOperatorRevoked},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tc.in.Now, tc.in.GroupUID = t0, uid
+			got := DecideBookkeeping(tc.in)
+			if !slices.Equal(got.Revoke, tc.wantRevoke) || len(got.Expire) != tc.wantExpire || len(got.Foreign) != tc.wantGone {
+				t.Fatalf("got %+v", got)
+			}
+			if tc.wantReason != "" && got.Reason != tc.wantReason {
+				t.Fatalf("reason %q, want %q", got.Reason, tc.wantReason)
+			}
+		})
+	}
+}
+
+func TestReservationStands(t *testing.T) {
+	res := Request{Operation: "OrderedUpdate", ID: "r7"}
+	tests := map[string]struct {
+		requests     []Request
+		transitionOp string
+		want         bool
+	}{
+		"its request stands":                      {requests: []Request{res}, want: true},
+		"the request was removed":                 {want: false},
+		"the request was replaced":                {requests: []Request{{Operation: "OrderedUpdate", ID: "r8"}}, want: false},
+		"another operation's request":             {requests: []Request{{Operation: "PlannedFailover", ID: "r7"}}, want: false},
+		"removed, but its transition runs on":     {transitionOp: "OrderedUpdate", want: true},
+		"removed, another operation's transition": {transitionOp: "EmergencyFailover", want: false},
+	}
+	for name, tc := range tests {
+		if got := ReservationStands(res, tc.requests, tc.transitionOp); got != tc.want {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
+}
+
+func TestBestSiteIsTheOneRule(t *testing.T) {
+	tests := map[string]struct {
+		sites   []topology.SiteState
+		exclude string
+		want    string
+	}{
+		"the least lag wins":                {sites: sites(down("iad"), replica("pdx", 5), replica("sfo", 1)), exclude: "iad", want: "sfo"},
+		"a replicating site comes first":    {sites: sites(down("iad"), topology.SiteState{Name: "pdx", Reachable: true}, replica("sfo", 9)), exclude: "iad", want: "sfo"},
+		"the excluded site is never chosen": {sites: sites(primary("iad"), replica("pdx", 0)), exclude: "iad", want: "pdx"},
+		"spec order breaks ties":            {sites: sites(down("iad"), replica("pdx", 1), replica("sfo", 1)), exclude: "iad", want: "pdx"},
+		"no reachable site":                 {sites: sites(down("iad"), down("pdx")), exclude: "iad", want: ""},
+	}
+	for name, tc := range tests {
+		if got := BestSite(tc.sites, tc.exclude); got != tc.want {
+			t.Errorf("%s: %q, want %q", name, got, tc.want)
+		}
+	}
+}
+
+// The pure core links no client: policy and leases import neither
+// controller-runtime nor client-go, so every decision is testable without
+// a server and cannot do I/O.
+func TestPureCoreLinksNoClient(t *testing.T) {
+	for _, pkg := range []string{"github.com/shipstream/bloodraven/policy", "github.com/shipstream/bloodraven/leases"} {
+		out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list %s: %v\n%s", pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if strings.HasPrefix(dep, "sigs.k8s.io/controller-runtime") || strings.HasPrefix(dep, "k8s.io/client-go") {
+				t.Errorf("%s links %s", pkg, dep)
+			}
+		}
+	}
+}
