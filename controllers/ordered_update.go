@@ -47,18 +47,17 @@ func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *v1.Mysq
 				g.Status.UpdatePhase = v1.PhaseUpdatingFormerPrimary
 			}
 		case v1.PhaseFailingOver:
-			target := policy.BestSite(sites, g.Status.ActiveSite)
-			if t := g.Status.Transition; t != nil {
-				target = t.TargetSite
+			if g.Status.Transition != nil {
+				return nil // the safety paths complete it (and advance this phase) or roll it back
 			}
-			if target == "" {
+			target := policy.BestSite(sites, g.Status.ActiveSite)
+			if ready, _ := policy.SiteReady(sites, target, g.Status.ActiveSite); target == "" || !ready {
 				st.after(waitRetry)
 				return nil
 			}
 			if err := r.promote(ctx, g, OpOrderedUpdate, target); err != nil {
 				return err
 			}
-			g.Status.UpdatePhase = v1.PhaseUpdatingFormerPrimary
 		case v1.PhaseUpdatingFormerPrimary:
 			for _, s := range g.Spec.Sites {
 				if err := r.driver().UpdateSite(ctx, g, s.Name, rev); err != nil {

@@ -25,12 +25,13 @@ func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *v1.My
 	case v1.PlannedFailoverPhaseCompleted, v1.PlannedFailoverPhaseFailed:
 		return nil
 	case v1.PlannedFailoverPhasePromoting:
-		if g.Status.ActiveSite != target || g.Status.Transition != nil {
-			if err := r.promote(ctx, g, OpPlannedFailover, target); err != nil {
-				return err
-			}
+		switch {
+		case g.Status.Transition != nil:
+			return nil // the safety paths complete it or roll it back
+		case g.Status.ActiveSite == target:
+			return r.completePlanned(ctx, g, "Promoted")
 		}
-		return r.completePlanned(ctx, g, "Promoted")
+		return r.promote(ctx, g, OpPlannedFailover, target) // reserved, not yet announced
 	}
 	if g.Status.ActiveSite == "" {
 		pf().Phase, pf().Reason = v1.PlannedFailoverPhaseAdmitting, "NotBootstrapped"
@@ -58,10 +59,7 @@ func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *v1.My
 	pf().Phase, pf().Reason, pf().Admission = v1.PlannedFailoverPhasePromoting, "", nil
 	held, reason := policy.AutomaticFailoverHeld(pf())
 	setCondition(g, v1.ConditionAutomaticFailoverHeld, held, reason, "planned failover "+req.ID+" is moving the primary", r.now())
-	if err := r.promote(ctx, g, OpPlannedFailover, target); err != nil {
-		return err
-	}
-	return r.completePlanned(ctx, g, "Promoted")
+	return r.promote(ctx, g, OpPlannedFailover, target)
 }
 
 func (r *GroupReconciler) completePlanned(ctx context.Context, g *v1.MysqlFailoverGroup, reason string) error {

@@ -43,16 +43,10 @@ func (r *GroupReconciler) reconcileRestoreInPlace(ctx context.Context, g *v1.Mys
 			}
 			g.Status.RestoreInPlace = v1.PhasePromoting
 		case v1.PhasePromoting:
-			if err := r.promote(ctx, g, OpRestoreInPlace, target); err != nil {
-				return err
+			if g.Status.Transition != nil {
+				return nil // the safety paths complete it (and this operation) or roll it back
 			}
-			g.Status.RestoreInPlace = v1.PhaseCompleted
-			r.releaseReservation(g, OpRestoreInPlace)
-			if err := r.writeStatus(ctx, g); err != nil {
-				return err
-			}
-			EventOperationCompleted.emit(r.Recorder, g, OpRestoreInPlace, req.ID)
-			return nil
+			return r.promote(ctx, g, OpRestoreInPlace, target)
 		default:
 			return fmt.Errorf("unknown restore phase %q", g.Status.RestoreInPlace)
 		}

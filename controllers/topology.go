@@ -114,6 +114,7 @@ func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup,
 	g.Status.TopologyGeneration = t.Generation
 	g.Status.Transition = nil
 	g.Status.PrimaryLostAt = nil
+	completed := r.advanceOperation(g, t.Operation) // in the same write as the bump
 	if err := r.writeStatus(ctx, g); err != nil {
 		return err
 	}
@@ -122,8 +123,41 @@ func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup,
 	} else {
 		EventPromoted.emit(r.Recorder, g, t.Operation, t.TargetSite, t.Generation)
 	}
+	if completed != "" {
+		EventOperationCompleted.emit(r.Recorder, g, t.Operation, completed)
+	}
 	r.reconcileLeases(ctx, g, nil) // revoke what the new generation fenced
 	return nil
+}
+
+// advanceOperation moves the operation that asked for a completed
+// transition past its promotion, so the phase and the generation bump are
+// persisted together: a planned failover or restore-in-place completes (its
+// ID is returned for the Event), an ordered update goes on to update the
+// former primary.
+func (r *GroupReconciler) advanceOperation(g *v1.MysqlFailoverGroup, op string) (completedID string) {
+	switch op {
+	case OpPlannedFailover:
+		if pf := g.Status.PlannedFailover; pf != nil && pf.Phase == v1.PlannedFailoverPhasePromoting {
+			pf.Phase, pf.Reason, pf.Admission = v1.PlannedFailoverPhaseCompleted, "Promoted", nil
+			held, why := policy.AutomaticFailoverHeld(pf)
+			setCondition(g, v1.ConditionAutomaticFailoverHeld, held, why, "", r.now())
+			completedID = pf.ID
+		}
+	case OpOrderedUpdate:
+		if g.Status.UpdatePhase == v1.PhaseFailingOver {
+			g.Status.UpdatePhase = v1.PhaseUpdatingFormerPrimary
+		}
+		return ""
+	case OpRestoreInPlace:
+		if g.Status.RestoreInPlace == v1.PhasePromoting {
+			g.Status.RestoreInPlace, completedID = v1.PhaseCompleted, g.Status.RestoreInPlaceID
+		}
+	}
+	if completedID != "" {
+		r.releaseReservation(g, op)
+	}
+	return completedID
 }
 
 // rollBack gives up a transition whose promotion keeps failing. The target

@@ -1,9 +1,13 @@
 package deployapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -48,8 +52,10 @@ const (
 )
 
 // authenticator checks bearer tokens with TokenReview. Successful reviews are
-// cached by the token's SHA-256 for ttl, in a bounded LRU; failures are never
-// cached, so a token that starts working is accepted at once.
+// cached by the token's SHA-256 for ttl, but never past the token's own exp
+// claim, in a bounded LRU; a token without a readable exp is reviewed on
+// every request. Failures are never cached, so a token that starts working is
+// accepted at once.
 type authenticator struct {
 	kube     kubernetes.Interface
 	audience string
@@ -100,13 +106,71 @@ func (a *authenticator) authenticate(ctx context.Context, r *http.Request) (Iden
 		return Identity{}, fmt.Errorf("token review: %w", err)
 	}
 	st := review.Status
-	if !st.Authenticated || (len(st.Audiences) > 0 && !slices.Contains(st.Audiences, a.audience)) {
+	if !reviewAccepts(st, a.audience) {
 		return Identity{}, errUnauthenticated
 	}
 	id, ok := parseServiceAccount(st.User.Username)
 	if !ok {
 		return Identity{}, errUnauthenticated
 	}
-	a.cache.Add(key, cachedReview{id: id, expires: now.Add(a.ttl)})
+	if exp, ok := tokenExpiry(token); ok {
+		expires := now.Add(a.ttl)
+		if exp.Before(expires) {
+			expires = exp
+		}
+		if now.Before(expires) {
+			a.cache.Add(key, cachedReview{id: id, expires: expires})
+		}
+	}
 	return id, nil
+}
+
+// reviewAccepts reports whether a TokenReview that asked for audience
+// authenticates the token for it. The TokenReview API leaves checking the
+// audience to the client: status.audiences must contain ours. An empty
+// status.audiences means the token is valid for the API server's own
+// audience (or the authenticator ignored spec.audiences), not for ours.
+func reviewAccepts(st authenticationv1.TokenReviewStatus, audience string) bool {
+	return st.Authenticated && audience != "" && slices.Contains(st.Audiences, audience)
+}
+
+// maxExp bounds the exp claims tokenExpiry accepts (the end of year 9999),
+// far inside what time.Time represents.
+const maxExp = 253402300799
+
+// tokenExpiry reads the exp claim (NumericDate: seconds since the epoch) of a
+// JWT's payload without verifying the signature: it only bounds how long an
+// already successful TokenReview is cached. ok is false when the token is not
+// a JWT or has no usable exp.
+func tokenExpiry(token string) (exp time.Time, ok bool) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return time.Time{}, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return time.Time{}, false
+	}
+	var claims map[string]any
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	if err := dec.Decode(&claims); err != nil {
+		return time.Time{}, false
+	}
+	n, ok := claims["exp"].(json.Number) // a number, not a string
+	if !ok {
+		return time.Time{}, false
+	}
+	if sec, err := n.Int64(); err == nil {
+		if sec <= 0 || sec > maxExp {
+			return time.Time{}, false
+		}
+		return time.Unix(sec, 0), true
+	}
+	f, err := n.Float64() // NumericDate may have a fraction
+	if err != nil || math.IsNaN(f) || f <= 0 || f > maxExp {
+		return time.Time{}, false
+	}
+	sec, frac := math.Modf(f)
+	return time.Unix(int64(sec), int64(frac*1e9)), true
 }

@@ -72,11 +72,12 @@ func TestConcurrentMigrationGrantsExactlyOneWins(t *testing.T) {
 // tombstone.
 func TestRestartKeepsLeasesAndTombstones(t *testing.T) {
 	f := newFixture(t)
+	f.grant("migration", "gone", http.StatusCreated)
+	if revoked, err := f.store.Revoke(f.ctx, f.group, "gone", leases.ReasonOperatorRevoked); err != nil || len(revoked) != 1 {
+		t.Fatalf("revoke: %v %v", revoked, err)
+	}
 	m := f.grant("migration", "op-1", http.StatusCreated)
 	h := f.grant("failover-hold", "op-1", http.StatusCreated)
-	if _, err := f.store.Revoke(f.ctx, f.group, "gone", leases.ReasonOperatorRevoked); err != nil {
-		t.Fatal(err)
-	}
 	restarted := f.newServer()
 	f.clock.Step(10 * time.Second)
 	for kind, tok := range map[string]string{"migration": m.str("token"), "failover-hold": h.str("token")} {

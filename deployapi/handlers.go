@@ -369,10 +369,14 @@ func (s *Server) renew(r *request) (int, any, error) {
 			answer = bodyOf(&next)
 			return nil
 		case policy.OutcomeRevokeStale:
+			// The token's grant generation is not the group's: the fence has
+			// already ended this lease, whether or not its record can be
+			// rewritten now (a failed write is logged with the answer).
+			e := errRevoked(leases.ReasonTopologyChanged, g.Status.TopologyGeneration)
 			if _, err := s.leases.Revoke(r.ctx, g, op, leases.ReasonTopologyChanged); err != nil {
-				return err
+				e.cause = err
 			}
-			return errRevoked(leases.ReasonTopologyChanged, g.Status.TopologyGeneration)
+			return e
 		case policy.OutcomeUnstable:
 			return errUnstable()
 		}

@@ -77,8 +77,13 @@ func Start(ctx context.Context, dir, name string, port, serverID int, user, pass
 		if err := os.MkdirAll(data, 0o700); err != nil {
 			return nil, err
 		}
+		if err := s.makeTmpdir(); err != nil {
+			return nil, err
+		}
+		// mariadb-install-db passes options it does not know, such as
+		// --tmpdir, on to the mariadbd it bootstraps with.
 		installDB, _ := lookPath(InstallDB)
-		out, err := exec.CommandContext(ctx, installDB, "--no-defaults", "--datadir="+data, "--user=root",
+		out, err := exec.CommandContext(ctx, installDB, "--no-defaults", "--datadir="+data, "--tmpdir="+s.Tmpdir(), "--user=root",
 			"--auth-root-authentication-method=normal", "--skip-test-db").CombinedOutput()
 		if err != nil {
 			return nil, fmt.Errorf("mariadb-install-db for %s: %w\n%s", name, err, out)
@@ -98,12 +103,15 @@ func Start(ctx context.Context, dir, name string, port, serverID int, user, pass
 
 func (s *Server) start() error {
 	mariadbd, _ := lookPath(Mariadbd)
+	if err := s.makeTmpdir(); err != nil {
+		return err
+	}
 	log, err := os.OpenFile(filepath.Join(s.Dir, "mariadbd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	s.cmd = exec.Command(mariadbd, "--no-defaults",
-		"--datadir="+filepath.Join(s.Dir, "data"),
+		"--datadir="+filepath.Join(s.Dir, "data"), "--tmpdir="+s.Tmpdir(),
 		"--socket="+s.Socket(),
 		"--pid-file="+filepath.Join(s.Dir, "mariadbd.pid"),
 		"--port="+strconv.Itoa(s.Port), "--bind-address=127.0.0.1",
@@ -148,6 +156,18 @@ func net(socket string) (*sql.DB, error) {
 		return nil, err
 	}
 	return db, nil
+}
+
+// Tmpdir is the server's own directory for temporary files. Servers must not
+// share one (such as /tmp): a starting server deletes every #sql* file in its
+// tmpdir, including the temporary tables of the other servers.
+func (s *Server) Tmpdir() string { return filepath.Join(s.Dir, "tmp") }
+
+func (s *Server) makeTmpdir() error {
+	if err := os.MkdirAll(s.Tmpdir(), 0o700); err != nil {
+		return fmt.Errorf("tmpdir of %s: %w", s.Name, err)
+	}
+	return nil
 }
 
 // Socket is the server's unix socket (root can log in there without a

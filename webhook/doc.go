@@ -3,13 +3,20 @@
 //
 // They guard what a careless `kubectl edit` or script could break:
 //
-//   - The fence. On mysqlfailovergroups/status, only the operator's own
-//     identity may change status.topologyGeneration or status.activeSite, and
-//     even the operator only by the rules of the fence: the generation never
+//   - The status. On mysqlfailovergroups/status, only the operator's own
+//     identity may change anything: the fence, the active site, the
+//     transition, the reservation, phases, health, conditions, and any status
+//     field added later (every field is compared; a difference no field
+//     accounts for is refused on status itself). The operator acts on its own
+//     status, so a hand-written field would be an instruction nobody
+//     authorized. Anyone else is refused on each changed field and told to
+//     use the revoke annotation or spec.plannedFailover instead; an update
+//     that changes nothing is accepted from anyone.
+//   - The fence. Even the operator changes status.topologyGeneration and
+//     status.activeSite only by the rules of the fence: the generation never
 //     decreases and moves by exactly one, and only together with a change of
 //     active site — or, for a promotion that keeps the site (restore in place),
 //     the transition the operator announced in status.transition beforehand.
-//     Anyone else is told to use the revoke annotation or a planned failover.
 //   - The group spec: a planned failover or restore-in-place target must be
 //     one of spec.sites, site names are unique, the active site cannot be
 //     removed. The revoke annotation is accepted with any value.
@@ -26,5 +33,7 @@
 // namespace, a missing field) the user sees the schema's message; the webhook
 // check stands behind it. Nothing here stops a user with RBAC on
 // MysqlDatabases from granting deployment coordination: that authority is
-// the design.
+// the design. Whoever authenticates as the operator's identity writes status
+// within the fence rules; who may obtain that ServiceAccount's tokens is
+// RBAC's to decide.
 package webhook

@@ -31,7 +31,7 @@ const (
 func Register(srv webhook.Server, scheme *runtime.Scheme, operatorIdentity string) {
 	dec := admission.NewDecoder(scheme)
 	srv.Register(GroupPath, &webhook.Admission{Handler: &groupSpecHandler{dec: dec}})
-	srv.Register(GroupStatusPath, &webhook.Admission{Handler: &fenceHandler{dec: dec, operator: operatorIdentity}})
+	srv.Register(GroupStatusPath, &webhook.Admission{Handler: &statusHandler{dec: dec, operator: operatorIdentity}})
 	srv.Register(DatabasePath, &webhook.Admission{Handler: &databaseHandler{dec: dec}})
 }
 
@@ -64,12 +64,14 @@ func (h *groupSpecHandler) Handle(_ context.Context, req admission.Request) admi
 	return verdict(groupKind, g.Name, ValidateGroupSpec(g))
 }
 
-type fenceHandler struct {
+// statusHandler guards mysqlfailovergroups/status: the status is the
+// operator's alone, and the operator moves the fence only by its rules.
+type statusHandler struct {
 	dec      admission.Decoder
 	operator string
 }
 
-func (h *fenceHandler) Handle(_ context.Context, req admission.Request) admission.Response {
+func (h *statusHandler) Handle(_ context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
@@ -81,7 +83,7 @@ func (h *fenceHandler) Handle(_ context.Context, req admission.Request) admissio
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	isOperator := h.operator != "" && req.UserInfo.Username == h.operator
-	return verdict(groupKind, newG.Name, ValidateFenceChange(oldG, newG, isOperator))
+	return verdict(groupKind, newG.Name, ValidateStatusChange(oldG, newG, isOperator))
 }
 
 type databaseHandler struct{ dec admission.Decoder }

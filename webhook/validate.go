@@ -2,34 +2,127 @@ package webhook
 
 import (
 	"fmt"
+	"reflect"
+	"strings"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
-// FenceAdvice is what a denied fence edit tells the user to do instead.
-const FenceAdvice = "editing status.topologyGeneration or status.activeSite by hand is lying to the fence: " +
-	"to end every deployment lease, annotate the group with " + v1.RevokeDeploymentLeasesAnnotation +
+// whatToDoInstead names the two ways a person may change what status
+// records: the revoke annotation and a planned failover.
+const whatToDoInstead = "to end every deployment lease, annotate the group with " + v1.RevokeDeploymentLeasesAnnotation +
 	"; to move the primary, request spec.plannedFailover"
 
-// ValidateFenceChange checks a status update. isOperator tells whether the
-// request comes from the operator's own identity.
-func ValidateFenceChange(oldG, newG *v1.MysqlFailoverGroup, isOperator bool) field.ErrorList {
+// FenceAdvice is what a denied fence edit tells the user to do instead.
+const FenceAdvice = "editing status.topologyGeneration or status.activeSite by hand is lying to the fence: " + whatToDoInstead
+
+// StatusAdvice is what a denied edit of any other status field tells the
+// user to do instead.
+const StatusAdvice = "only the operator may change a group's status: it acts on its own status " +
+	"(a transition, a reservation, a phase), so a hand-written field is an instruction nobody authorized; " +
+	whatToDoInstead + " (a new id is a new request)"
+
+var (
+	statusPath = field.NewPath("status")
+	genPath    = statusPath.Child("topologyGeneration")
+	sitePath   = statusPath.Child("activeSite")
+)
+
+// ValidateStatusChange checks an update of a group's status. isOperator tells
+// whether the request comes from the operator's own identity. An update that
+// changes nothing is allowed for everyone; anyone but the operator may change
+// nothing; the operator may move the fence only by its rules.
+func ValidateStatusChange(oldG, newG *v1.MysqlFailoverGroup, isOperator bool) field.ErrorList {
 	oldS, newS := &oldG.Status, &newG.Status
-	genPath := field.NewPath("status", "topologyGeneration")
-	sitePath := field.NewPath("status", "activeSite")
+	if equality.Semantic.DeepEqual(oldS, newS) {
+		return nil
+	}
+	if isOperator {
+		return validateFenceMove(oldS, newS, newG)
+	}
+	return append(validateFenceUntouched(oldS, newS), validateRestUntouched(oldS, newS)...)
+}
+
+// validateFenceUntouched refuses a change of the fence by anyone but the
+// operator.
+func validateFenceUntouched(oldS, newS *v1.MysqlFailoverGroupStatus) field.ErrorList {
+	switch {
+	case newS.TopologyGeneration != oldS.TopologyGeneration:
+		return field.ErrorList{field.Forbidden(genPath, "only the operator may change the topology generation; "+FenceAdvice)}
+	case newS.ActiveSite != oldS.ActiveSite:
+		return field.ErrorList{field.Forbidden(sitePath, "only the operator may change the active site; "+FenceAdvice)}
+	}
+	return nil
+}
+
+// validateRestUntouched refuses a change of any status field other than the
+// fence by anyone but the operator, naming each changed field. A change no
+// named field accounts for is refused on status itself.
+func validateRestUntouched(oldS, newS *v1.MysqlFailoverGroupStatus) field.ErrorList {
+	if equality.Semantic.DeepEqual(oldS, newS) {
+		return nil
+	}
+	changed := changedStatusFields(oldS, newS)
+	if len(changed) == 0 {
+		return field.ErrorList{field.Forbidden(statusPath, StatusAdvice)}
+	}
+	var errs field.ErrorList
+	for _, name := range changed {
+		p := statusPath.Child(name)
+		if p.String() == genPath.String() || p.String() == sitePath.String() {
+			continue // the fence: validateFenceUntouched says what to do
+		}
+		errs = append(errs, field.Forbidden(p, StatusAdvice))
+	}
+	return errs
+}
+
+type statusField struct {
+	index int    // in MysqlFailoverGroupStatus
+	name  string // in JSON
+}
+
+// statusFields are read from the type, so that a field added later is
+// compared too.
+var statusFields = func() []statusField {
+	var out []statusField
+	t := reflect.TypeOf(v1.MysqlFailoverGroupStatus{})
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || f.Anonymous || name == "" || name == "-" {
+			continue // not a named JSON field; the whole-status comparison covers it
+		}
+		out = append(out, statusField{index: i, name: name})
+	}
+	return out
+}()
+
+// changedStatusFields names, by JSON name, the top-level status fields whose
+// values differ semantically.
+func changedStatusFields(oldS, newS *v1.MysqlFailoverGroupStatus) []string {
+	o, n := reflect.ValueOf(oldS).Elem(), reflect.ValueOf(newS).Elem()
+	var changed []string
+	for _, f := range statusFields {
+		if !equality.Semantic.DeepEqual(o.Field(f.index).Interface(), n.Field(f.index).Interface()) {
+			changed = append(changed, f.name)
+		}
+	}
+	return changed
+}
+
+// validateFenceMove checks the operator's own change of the fence: the
+// generation never decreases, moves by exactly one and only together with a
+// change of active site or the transition it announced.
+func validateFenceMove(oldS, newS *v1.MysqlFailoverGroupStatus, newG *v1.MysqlFailoverGroup) field.ErrorList {
 	genChanged := newS.TopologyGeneration != oldS.TopologyGeneration
 	siteChanged := newS.ActiveSite != oldS.ActiveSite
 	if !genChanged && !siteChanged {
 		return nil
-	}
-	if !isOperator {
-		if genChanged {
-			return field.ErrorList{field.Forbidden(genPath, "only the operator may change the topology generation; "+FenceAdvice)}
-		}
-		return field.ErrorList{field.Forbidden(sitePath, "only the operator may change the active site; "+FenceAdvice)}
 	}
 	var errs field.ErrorList
 	switch {

@@ -1,9 +1,12 @@
 package webhook
 
 import (
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
@@ -17,7 +20,7 @@ func group(site string, gen int64) *v1.MysqlFailoverGroup {
 	}
 }
 
-func TestValidateFenceChange(t *testing.T) {
+func TestValidateStatusChange(t *testing.T) {
 	withTransition := func(g *v1.MysqlFailoverGroup, site string, gen int64) *v1.MysqlFailoverGroup {
 		g.Status.Transition = &v1.TopologyTransition{Operation: "RestoreInPlace", TargetSite: site, Generation: gen}
 		return g
@@ -28,7 +31,11 @@ func TestValidateFenceChange(t *testing.T) {
 		wantErrSub string // empty: allowed
 	}{
 		"nothing about the fence changes":                      {old: group("iad", 3), new: group("iad", 3)},
-		"a person changes other status freely":                 {old: group("iad", 3), new: func() *v1.MysqlFailoverGroup { g := group("iad", 3); g.Status.Health.Ready = true; return g }()},
+		"a person writes back the status unchanged":            {old: withTransition(group("iad", 3), "pdx", 4), new: withTransition(group("iad", 3), "pdx", 4)},
+		"a person may not change health":                       {old: group("iad", 3), new: func() *v1.MysqlFailoverGroup { g := group("iad", 3); g.Status.Health.Ready = true; return g }(), wantErrSub: "status.health: Forbidden"},
+		"a person may not write a transition":                  {old: group("iad", 3), new: withTransition(group("iad", 3), "pdx", 4), wantErrSub: "status.transition: Forbidden"},
+		"a person may not clear a transition":                  {old: withTransition(group("iad", 3), "pdx", 4), new: group("iad", 3), wantErrSub: "status.transition: Forbidden"},
+		"operator changes other status freely":                 {old: group("iad", 3), new: withTransition(group("iad", 3), "pdx", 4), operator: true},
 		"a person bumps the generation":                        {old: group("iad", 3), new: group("iad", 4), wantErrSub: "lying to the fence"},
 		"a person moves the active site":                       {old: group("iad", 3), new: group("pdx", 3), wantErrSub: "revoke-deployment-leases"},
 		"a person does a perfect failover":                     {old: group("iad", 3), new: group("pdx", 4), wantErrSub: "only the operator"},
@@ -45,7 +52,7 @@ func TestValidateFenceChange(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			errs := ValidateFenceChange(tc.old, tc.new, tc.operator)
+			errs := ValidateStatusChange(tc.old, tc.new, tc.operator)
 			if tc.wantErrSub == "" {
 				if len(errs) > 0 {
 					t.Fatalf("denied: %v", errs)
@@ -56,6 +63,82 @@ func TestValidateFenceChange(t *testing.T) {
 				t.Fatalf("errors %v, want one mentioning %q", errs, tc.wantErrSub)
 			}
 		})
+	}
+}
+
+// Every status field, including one added after this test was written, is
+// the operator's alone: a change by anyone else is refused on that field's
+// path with what to do instead, and the operator may make it.
+func TestStatusIsTheOperatorsAloneForEveryField(t *testing.T) {
+	typ := reflect.TypeOf(v1.MysqlFailoverGroupStatus{})
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			t.Fatalf("status field %s has no JSON name; give it one", f.Name)
+		}
+		t.Run(name, func(t *testing.T) {
+			oldG := group("iad", 3)
+			newG := oldG.DeepCopy()
+			fill(reflect.ValueOf(&newG.Status).Elem().Field(i))
+			if equality.Semantic.DeepEqual(oldG.Status, newG.Status) {
+				t.Fatalf("could not give status.%s a value; teach fill its kind", name)
+			}
+			msg := ValidateStatusChange(oldG, newG, false).ToAggregate()
+			if msg == nil {
+				t.Fatalf("a person's change of status.%s was allowed", name)
+			}
+			for _, want := range []string{"status." + name + ": Forbidden", "only the operator", v1.RevokeDeploymentLeasesAnnotation, "spec.plannedFailover"} {
+				if !strings.Contains(msg.Error(), want) {
+					t.Errorf("%q lacks %q", msg, want)
+				}
+			}
+			if name == "topologyGeneration" || name == "activeSite" {
+				return // the fence: the operator's moves are checked in TestValidateStatusChange
+			}
+			if errs := ValidateStatusChange(oldG, newG, true); len(errs) > 0 {
+				t.Fatalf("the operator's change of status.%s was denied: %v", name, errs)
+			}
+		})
+	}
+}
+
+// fill gives v a non-zero value: every settable scalar, pointer, slice and
+// exported struct field is set.
+func fill(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(7)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(7)
+	case reflect.Float32, reflect.Float64:
+		v.SetFloat(7)
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem())
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+		fill(v.Index(0))
+	case reflect.Map:
+		v.Set(reflect.MakeMap(v.Type()))
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(k)
+		fill(e)
+		v.SetMapIndex(k, e)
+	case reflect.Struct:
+		if t, ok := v.Addr().Interface().(*metav1.Time); ok {
+			*t = metav1.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+			return
+		}
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				fill(v.Field(i))
+			}
+		}
 	}
 }
 

@@ -173,3 +173,13 @@ func (d *Driver) Rejoin(_ context.Context, g *v1.MysqlFailoverGroup, name, prima
 		return nil
 	})
 }
+
+// Writable reports the simulated read_only flag of a site, also while it is
+// unreachable: what the server would say once it answers again. Tests use it
+// to check that no two sites are ever writable.
+func (d *Driver) Writable(g *v1.MysqlFailoverGroup, name string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.sites[key(g, name)]
+	return ok && s.writable
+}

@@ -1,0 +1,200 @@
+package deployapi
+
+import (
+	"context"
+	"encoding/base64"
+	"net/http"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// jwt returns a JWT-shaped token (header.payload.signature) with the given
+// JSON payload. The signature is not valid: the fake TokenReview below
+// accepts whatever it is told to.
+func jwt(payload string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	return enc([]byte(`{"alg":"RS256","typ":"JWT"}`)) + "." + enc([]byte(payload)) + "." + enc([]byte("signature"))
+}
+
+// fakeReviews is a clientset whose TokenReviews authenticate every token as
+// system:serviceaccount:ns:sa with status.audiences set to audiences, and
+// that counts the reviews it is asked for.
+//
+// The rest of the suite uses real TokenReviews against envtest's
+// kube-apiserver. This one is a fake because the real kube-apiserver never
+// returns an empty status.audiences for a review with spec.audiences; an
+// authenticator that is not audience aware (a webhook, an older server) does,
+// and only a fake can play it.
+func fakeReviews(t *testing.T, audiences []string, reviews *int) *fake.Clientset {
+	t.Helper()
+	kube := fake.NewClientset()
+	kube.PrependReactor("create", "tokenreviews", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		*reviews++
+		tr := action.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview).DeepCopy()
+		if !slices.Equal(tr.Spec.Audiences, []string{"bloodraven-deploy"}) {
+			t.Errorf("TokenReview spec.audiences = %q, want [bloodraven-deploy]", tr.Spec.Audiences)
+		}
+		tr.Status = authenticationv1.TokenReviewStatus{
+			Authenticated: true,
+			User:          authenticationv1.UserInfo{Username: "system:serviceaccount:ns:sa"},
+			Audiences:     audiences,
+		}
+		return true, tr, nil
+	})
+	return kube
+}
+
+func authenticateToken(a *authenticator, token string) (Identity, error) {
+	r, _ := http.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Set("Authorization", "Bearer "+token)
+	return a.authenticate(context.Background(), r)
+}
+
+func TestReviewWithoutOurAudienceIsRejected(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		audiences []string
+	}{
+		{"audience-unaware authenticator: empty status.audiences", nil},
+		{"another audience", []string{"https://kubernetes.default.svc.cluster.local"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var reviews int
+			clk := clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+			a := newAuthenticator(fakeReviews(t, tc.audiences, &reviews), "bloodraven-deploy", clk, time.Minute, 8)
+			token := jwt(`{"exp":` + itoa(clk.Now().Add(time.Hour).Unix()) + `}`)
+			for i := 0; i < 2; i++ {
+				if id, err := authenticateToken(a, token); err != errUnauthenticated {
+					t.Fatalf("authenticate = %+v, %v; want errUnauthenticated", id, err)
+				}
+			}
+			if reviews != 2 || a.cache.Len() != 0 {
+				t.Fatalf("%d reviews, %d cached; a rejected review must not be cached", reviews, a.cache.Len())
+			}
+		})
+	}
+}
+
+func TestCachedReviewExpiresWithTheToken(t *testing.T) {
+	var reviews int
+	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(t0)
+	a := newAuthenticator(fakeReviews(t, []string{"bloodraven-deploy"}, &reviews), "bloodraven-deploy", clk, time.Minute, 8)
+	token := jwt(`{"aud":["bloodraven-deploy"],"exp":` + itoa(t0.Add(30*time.Second).Unix()) + `,"sub":"system:serviceaccount:ns:sa"}`)
+	want := Identity{Namespace: "ns", ServiceAccount: "sa"}
+	step := func(at time.Duration, wantReviews int) {
+		t.Helper()
+		clk.SetTime(t0.Add(at))
+		id, err := authenticateToken(a, token)
+		if err != nil || id != want {
+			t.Fatalf("at t0+%v: authenticate = %+v, %v; want %+v", at, id, err, want)
+		}
+		if reviews != wantReviews {
+			t.Fatalf("at t0+%v: %d TokenReviews, want %d", at, reviews, wantReviews)
+		}
+	}
+	step(0, 1)
+	step(10*time.Second, 1) // cached
+	step(29*time.Second, 1) // cached
+	// The TTL (1 minute) has not run out, but the token has: review again.
+	step(31*time.Second, 2)
+}
+
+func TestReviewOfTokenWithoutFutureExpIsNotCached(t *testing.T) {
+	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct{ name, token string }{
+		{"not a JWT", "opaque-token"},
+		{"JWT without exp", jwt(`{"sub":"system:serviceaccount:ns:sa"}`)},
+		{"JWT with an exp already past", jwt(`{"exp":` + itoa(t0.Add(-time.Second).Unix()) + `}`)},
+		{"JWT with an exp of now", jwt(`{"exp":` + itoa(t0.Unix()) + `}`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var reviews int
+			clk := clocktesting.NewFakeClock(t0)
+			a := newAuthenticator(fakeReviews(t, []string{"bloodraven-deploy"}, &reviews), "bloodraven-deploy", clk, time.Minute, 8)
+			for i := 1; i <= 2; i++ {
+				if _, err := authenticateToken(a, tc.token); err != nil {
+					t.Fatal(err)
+				}
+				if reviews != i {
+					t.Fatalf("request %d: %d TokenReviews, want %d (no caching)", i, reviews, i)
+				}
+			}
+			if a.cache.Len() != 0 {
+				t.Fatalf("%d cache entries, want none", a.cache.Len())
+			}
+		})
+	}
+}
+
+func TestReviewAccepts(t *testing.T) {
+	const ours = "bloodraven-deploy"
+	for _, tc := range []struct {
+		name          string
+		authenticated bool
+		audiences     []string
+		audience      string
+		want          bool
+	}{
+		{"our audience", true, []string{ours}, ours, true},
+		{"ours among others", true, []string{"other", ours}, ours, true},
+		{"empty audiences: the API server's audience, not ours", true, []string{}, ours, false},
+		{"nil audiences", true, nil, ours, false},
+		{"another audience only", true, []string{"https://kubernetes.default.svc"}, ours, false},
+		{"not authenticated", false, []string{ours}, ours, false},
+		{"no audience asked for", true, nil, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := authenticationv1.TokenReviewStatus{Authenticated: tc.authenticated, Audiences: tc.audiences}
+			if got := reviewAccepts(st, tc.audience); got != tc.want {
+				t.Fatalf("reviewAccepts(%+v, %q) = %v, want %v", st, tc.audience, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTokenExpiry(t *testing.T) {
+	enc := base64.RawURLEncoding.EncodeToString
+	for _, tc := range []struct {
+		name   string
+		token  string
+		want   time.Time
+		wantOK bool
+	}{
+		{"integer exp", jwt(`{"exp":1900000000}`), time.Unix(1900000000, 0), true},
+		{"exp among other claims", jwt(`{"aud":["a"],"exp":1900000000,"iat":1899996400}`), time.Unix(1900000000, 0), true},
+		{"fractional exp", jwt(`{"exp":1900000000.5}`), time.Unix(1900000000, 5e8), true},
+		{"exponent notation", jwt(`{"exp":1.9e9}`), time.Unix(1900000000, 0), true},
+		{"padded payload", enc([]byte(`{}`)) + "." + base64.URLEncoding.EncodeToString([]byte(`{"exp":1900000000}`)) + ".sig", time.Unix(1900000000, 0), true},
+		{"not a JWT", "opaque-token", time.Time{}, false},
+		{"two segments", enc([]byte(`{}`)) + "." + enc([]byte(`{"exp":1900000000}`)), time.Time{}, false},
+		{"four segments", jwt(`{"exp":1900000000}`) + ".x", time.Time{}, false},
+		{"payload not base64url", "a.!!!.c", time.Time{}, false},
+		{"payload not JSON", "a." + enc([]byte("exp=1900000000")) + ".c", time.Time{}, false},
+		{"payload a JSON array", jwt(`[1900000000]`), time.Time{}, false},
+		{"no exp", jwt(`{"sub":"x"}`), time.Time{}, false},
+		{"null exp", jwt(`{"exp":null}`), time.Time{}, false},
+		{"string exp", jwt(`{"exp":"1900000000"}`), time.Time{}, false},
+		{"zero exp", jwt(`{"exp":0}`), time.Time{}, false},
+		{"negative exp", jwt(`{"exp":-5}`), time.Time{}, false},
+		{"exp beyond year 9999", jwt(`{"exp":1e30}`), time.Time{}, false},
+		{"exp out of float range", jwt(`{"exp":1e400}`), time.Time{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := tokenExpiry(tc.token)
+			if ok != tc.wantOK || !got.Equal(tc.want) {
+				t.Fatalf("tokenExpiry = %v, %v; want %v, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,173 @@
+package deployapi
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/leasestore"
+)
+
+func (f *fixture) grantTTL(kind, op string, ttl int, want int) response {
+	f.t.Helper()
+	r := f.do(http.MethodPost, groupPath+"/leases", f.token, grantBody(kind, op, ttl))
+	if r.status != want {
+		f.t.Fatalf("POST %s %s: status %d, want %d: %s", kind, op, r.status, want, r.raw)
+	}
+	return r
+}
+
+func (f *fixture) renewLease(kind, op, token string) response {
+	f.t.Helper()
+	return f.do(http.MethodPut, leasePath(kind, op), f.token, map[string]any{"token": token})
+}
+
+func listedLeases(r response) []string {
+	var out []string
+	ls, _ := r.body["leases"].([]any)
+	for _, l := range ls {
+		m := l.(map[string]any)
+		out = append(out, m["kind"].(string)+"/"+m["operationId"].(string))
+	}
+	return out
+}
+
+// Defect 3: a hold lives only while its operation holds the live mutex.
+func TestHoldLivesOnlyWhileItsOperationHoldsTheMutex(t *testing.T) {
+	t.Run("the mutex lapsed and another operation took it", func(t *testing.T) {
+		f := newFixture(t)
+		f.grantTTL("migration", "op-a", 5, http.StatusCreated)
+		hold := f.grantTTL("failover-hold", "op-a", 120, http.StatusCreated).str("token")
+		f.clock.Step(6 * time.Second) // op-a's mutex lapses; its hold's own ttl has 114 s left
+		f.grantTTL("migration", "op-b", 30, http.StatusCreated)
+		expectError(t, f.renewLease("failover-hold", "op-a", hold), http.StatusNotFound, "not_found")
+		f.grantTTL("failover-hold", "op-b", 30, http.StatusCreated)
+		if got := listedLeases(f.do(http.MethodGet, groupPath, f.token, nil)); strings.Join(got, ",") != "migration/op-b,failover-hold/op-b" {
+			t.Fatalf("listed %v: only op-b holds anything", got)
+		}
+		if txt := gatherText(t, f.reg); !strings.Contains(txt, `bloodraven_deploy_leases_active{group="playground",kind="failover-hold",namespace="`+f.groupNS+`"} 1`) {
+			t.Fatalf("the gauge counts a dead hold:\n%s", txt)
+		}
+	})
+	t.Run("the mutex was released", func(t *testing.T) {
+		f := newFixture(t)
+		mig := f.grantTTL("migration", "op-a", 30, http.StatusCreated).str("token")
+		hold := f.grantTTL("failover-hold", "op-a", 120, http.StatusCreated).str("token")
+		if r := f.do(http.MethodDelete, leasePath("migration", "op-a"), f.token, nil, "X-Lease-Token", mig); r.status != http.StatusNoContent {
+			t.Fatalf("release: %d %s", r.status, r.raw)
+		}
+		expectError(t, f.renewLease("failover-hold", "op-a", hold), http.StatusNotFound, "not_found")
+		if got := listedLeases(f.do(http.MethodGet, groupPath, f.token, nil)); len(got) != 0 {
+			t.Fatalf("listed %v after the mutex was released", got)
+		}
+	})
+}
+
+// frozenReader is a lease cache that lags: for the names in frozen it keeps
+// answering an old copy, as an informer does before it sees a write.
+type frozenReader struct {
+	client.Reader
+	frozen map[string]*coordinationv1.Lease
+}
+
+func (r frozenReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if l, ok := r.frozen[key.Name]; ok {
+		l.DeepCopyInto(obj.(*coordinationv1.Lease))
+		return nil
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// Defect 7: a stale-generation revocation decided on a cached record re-checks
+// the fresh record; a lease at the current generation is never revoked by a
+// cache lag.
+func TestStaleRevocationRechecksTheFreshRecord(t *testing.T) {
+	f := newFixture(t)
+	first := f.grantTTL("migration", "op-a", 120, http.StatusCreated).str("token")
+	old := &coordinationv1.Lease{}
+	if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.groupNS, Name: leases.MigrationName("playground")}, old); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.do(http.MethodDelete, leasePath("migration", "op-a"), f.token, nil, "X-Lease-Token", first); r.status != http.StatusNoContent {
+		t.Fatal(r.raw)
+	}
+	f.setStatus(func(s *v1.MysqlFailoverGroupStatus) { s.TopologyGeneration = 2; s.ActiveSite = "pdx" })
+	current := f.grantTTL("migration", "op-a", 120, http.StatusCreated) // op-a again, at generation 2
+	if current.num("topologyGeneration") != 2 {
+		t.Fatalf("re-grant at %v", current.num("topologyGeneration"))
+	}
+
+	// A replica whose cache still shows op-a's first grant, at generation 1.
+	lagging := &leasestore.Store{Client: env.Client, API: env.Client, Clock: f.clock,
+		Cached: frozenReader{Reader: leaseCache, frozen: map[string]*coordinationv1.Lease{old.Name: old}}}
+	srv := f.newServer()
+	srv.leases = lagging
+	r := f.doWith(srv, http.MethodPost, groupPath+"/leases", f.token, grantBody("migration", "op-b", 30))
+	expectError(t, r, http.StatusConflict, "held")
+	if got := f.renewLease("migration", "op-a", current.str("token")); got.status != http.StatusOK {
+		t.Fatalf("op-a's lease at the current generation was revoked by a cache lag: %d %s", got.status, got.raw)
+	}
+	if tomb, err := f.store.Tombstone(f.ctx, f.group, "op-a"); err != nil || tomb != nil {
+		t.Fatalf("tombstone %+v, %v", tomb, err)
+	}
+}
+
+// Defect 8: a lease is bound to its group's UID, and a group being deleted
+// takes no grant.
+func TestLeasesAreBoundToTheirGroupsIdentity(t *testing.T) {
+	t.Run("a group re-created under the same name honours no old lease", func(t *testing.T) {
+		f := newFixture(t)
+		mig := f.grantTTL("migration", "op-a", 120, http.StatusCreated).str("token")
+		hold := f.grantTTL("failover-hold", "op-a", 120, http.StatusCreated).str("token")
+		// Deleted without its controller (so no finalizer ran) and without a
+		// garbage collector: the old Leases stay, as they do until the GC
+		// catches up on a real cluster.
+		if err := env.Client.Delete(f.ctx, f.group); err != nil {
+			t.Fatal(err)
+		}
+		f.group = f.createGroup(f.groupNS, "playground", 1)
+		expectError(t, f.renewLease("migration", "op-a", mig), http.StatusNotFound, "not_found")
+		expectError(t, f.renewLease("failover-hold", "op-a", hold), http.StatusNotFound, "not_found")
+		if got := listedLeases(f.do(http.MethodGet, groupPath, f.token, nil)); len(got) != 0 {
+			t.Fatalf("the new group lists %v", got)
+		}
+		f.grantTTL("migration", "op-b", 30, http.StatusCreated)
+		l := &coordinationv1.Lease{}
+		if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.groupNS, Name: leases.MigrationName("playground")}, l); err != nil {
+			t.Fatal(err)
+		}
+		if len(l.OwnerReferences) != 1 || l.OwnerReferences[0].UID != f.group.UID {
+			t.Fatalf("the taken-over Lease is owned by %+v, want the new group %s", l.OwnerReferences, f.group.UID)
+		}
+	})
+	t.Run("no grant while the group is being deleted", func(t *testing.T) {
+		f := newFixture(t)
+		mig := f.grantTTL("migration", "op-a", 120, http.StatusCreated).str("token")
+		g := &v1.MysqlFailoverGroup{}
+		if err := env.Client.Get(f.ctx, client.ObjectKeyFromObject(f.group), g); err != nil {
+			t.Fatal(err)
+		}
+		controllerutil.AddFinalizer(g, "test.bloodraven.shipstream.io/keep")
+		if err := env.Client.Update(f.ctx, g); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Client.Delete(f.ctx, g); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = env.Client.Get(f.ctx, client.ObjectKeyFromObject(g), g)
+			controllerutil.RemoveFinalizer(g, "test.bloodraven.shipstream.io/keep")
+			_ = env.Client.Update(f.ctx, g)
+		})
+		expectError(t, f.do(http.MethodPost, groupPath+"/leases", f.token, grantBody("migration", "op-b", 30)), http.StatusForbidden, "forbidden")
+		expectError(t, f.renewLease("migration", "op-a", mig), http.StatusNotFound, "not_found")
+	})
+}
