@@ -38,7 +38,9 @@ func realSites(t *testing.T, f *fixture) (iad, pdx *mariadblocal.Server, fd *fau
 		g.Spec.Sites = []v1.Site{{Name: "iad", Host: "127.0.0.1", Port: int32(iad.Port)}, {Name: "pdx", Host: "127.0.0.1", Port: int32(pdx.Port)}}
 	})
 	f.group = f.get()
-	d := mysqldriver.New(func(context.Context, *v1.MysqlFailoverGroup) (string, string, error) { return "bloodraven", "s3cret", nil })
+	d := mysqldriver.New(func(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
+		return "bloodraven", "s3cret", nil
+	})
 	t.Cleanup(d.Close)
 	fd = &faultyDriver{Driver: d}
 	f.rec.Driver = fd
@@ -100,7 +102,9 @@ func TestInterruptedPromotionOfRealMariaDB(t *testing.T) {
 			return errors.New("connection lost")
 		}
 		f.rec.PromoteTimeout = time.Minute
-		f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"} })
+		f.patchSpec(func(g *v1.MysqlFailoverGroup) {
+			g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
+		})
 		step(t, f, 8, iad, pdx) // minutes pass with pdx down: iad must stay read-only
 		if w := writableServers(t, iad); len(w) != 0 {
 			t.Fatalf("the old primary was reopened while the promoted target is unreachable")
@@ -133,7 +137,9 @@ func TestInterruptedPromotionOfRealMariaDB(t *testing.T) {
 			return errors.New("the target did not catch up")
 		}
 		f.rec.PromoteTimeout = time.Minute
-		f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"} })
+		f.patchSpec(func(g *v1.MysqlFailoverGroup) {
+			g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
+		})
 		step(t, f, 12, iad, pdx)
 		g := f.get()
 		if g.Status.ActiveSite != "iad" || g.Status.TopologyGeneration != 1 || g.Status.Transition != nil || g.Status.PlannedFailover.Phase != v1.PlannedFailoverPhaseFailed {
