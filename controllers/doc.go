@@ -1,33 +1,36 @@
 // Package controllers holds the MysqlFailoverGroup controller: it keeps the
-// topology bookkeeping (active site, the topologyGeneration fence), runs the
-// planned operations behind the admission gate, takes the safety paths, and
-// revokes deployment leases.
+// topology bookkeeping (active site, the topologyGeneration fence), takes the
+// safety paths, runs the planned operations behind the admission gate, and
+// keeps the stored deployment leases in line with their effect.
 //
-// Each reconcile gathers (the group read fresh from the API server, a probe
-// of the data plane, the group's deployment leases read fresh), decides with
-// the pure functions of package policy, and acts in small steps whose
-// progress is persisted in status, so a restart resumes where it stopped:
+// Each reconcile runs four steps in a fixed order (docs/design.md, "The
+// reconcile"):
 //
-//   - revocation: the revoke annotation revokes every live lease
-//     (operator_revoked) and is removed; a live lease granted under another
-//     generation is revoked (topology_changed); an active lease past its
-//     expiry is marked expired. One DeploymentLeaseRevoked Event per batch.
-//   - safety paths (policy.DecideTopology, which takes no leases): resume an
-//     announced promotion, bootstrap, fence a returning old primary,
-//     emergency failover after the detection budget, reassert the primary.
-//   - planned failover, ordered update, restore-in-place: policy.Admit defers
-//     them behind a live failover-hold (Deferred/DeploymentHold, retryTime =
-//     earliest hold expiry, Event PlannedFailoverDeferred, counter +1 per
-//     deferral); admitted, they persist status.reservation, re-check holds,
-//     and only then act.
-//   - every authoritative change of active site goes through promote: mark
-//     status.transition (the deployment API answers 423 while it stands),
-//     act on the data plane, then write activeSite and topologyGeneration+1
-//     in one status update and revoke the leases it fenced.
+//  1. safety paths (topology.go): probe, policy.DecideTopology, act. They
+//     take no lease input: completing or rolling back a transition,
+//     bootstrap, fencing a returning old primary, emergency failover after
+//     the detection budget, reasserting the primary, rejoining a fenced site;
+//  2. lease bookkeeping (leases.go): revocations (revoke annotation,
+//     stale generation), expiries, leftovers of a deleted group of the same
+//     name, decided by policy.DecideBookkeeping. A failure is logged,
+//     counted and retried; it never returns early;
+//  3. planned operations (admission.go, planned_failover.go,
+//     ordered_update.go, restore_in_place.go): a removed or replaced request
+//     gives up its reservation; policy.Admit defers an operation behind a
+//     live hold; admitted, it persists status.reservation, re-reads the
+//     holds, records every lapsed one as expired with a compare-and-swap,
+//     and only then acts;
+//  4. the observation (health, conditions) is written once, when it changed.
 //
-// Guarantees: one status write carries each generation bump; a hold and an
-// admission never both proceed (each side writes its own marker, then reads
-// the other's); emergency failover, fencing and reassertion never read a
-// deployment lease. Not guaranteed: timeliness under API-server outage — the
-// controller acts only on what it could read and persist.
+// Every authoritative change of active site goes through promote: mark
+// status.transition, act on the data plane, then write activeSite,
+// topologyGeneration+1 and the operation's next phase in one status update,
+// and revoke the leases it fenced.
+//
+// Guarantees: a started transition completes or is rolled back with its
+// target fenced before any other site is made writable; never two writable
+// sites by the operator's hand; a hold and an admission never both proceed;
+// a reservation never outlives its request. Not guaranteed: timeliness under
+// API-server outage — the controller acts only on what it could read and
+// persist.
 package controllers

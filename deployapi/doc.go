@@ -4,16 +4,29 @@
 //
 // Every request passes, in this order: leadership (503 not_leader on
 // followers), authentication (a projected ServiceAccount token checked by
-// TokenReview for the configured audience; successful reviews cached 15 s by
-// token hash, at most 1,024 entries), body size and shape (413, 400),
+// TokenReview for the configured audience, which the review must name in
+// status.audiences; successful reviews cached by token hash for 15 s or
+// until the token's own exp, whichever is first, at most 1,024 entries),
+// body size and shape (413, 400),
 // authorization (fresh, uncached reads of MysqlDatabases and of the group on
 // every request), then the lease decision of package policy.
 //
 // Guarantees:
 //   - Mutual exclusion comes from the API server: grants and renewals are
 //     Creates or resourceVersion-preconditioned Updates of Lease objects
-//     (package leases), so two replicas, or a replica and its restarted self,
-//     can never both grant the mutex.
+//     (package leasestore), so two replicas, or a replica and its restarted
+//     self, can never both grant the mutex.
+//   - A failover-hold lives only while its operation holds the live mutex:
+//     once the mutex expires, is released or revoked, the hold's renewal
+//     answers 404 and it is not listed. Releasing the mutex releases the
+//     operation's hold first.
+//   - Every hold grant (a re-grant included) re-reads the group after its
+//     write and withdraws the hold (423) if a reservation appeared.
+//   - A stale-generation revocation re-reads and re-checks the record; a
+//     lease at the current generation is never revoked by a cache lag.
+//   - A lease counts only for the group incarnation (UID) it was granted
+//     under. A group being deleted takes no grant (403 forbidden, as if it
+//     were gone) and renews nothing (404 not_found).
 //   - The fence is read fresh on every request: a grant or renewal that starts
 //     after the API server acknowledged a generation bump never succeeds.
 //   - Tokens are returned once, in the grant's body; only their SHA-256 hash
