@@ -10,16 +10,17 @@ import (
 )
 
 // reconcileOrderedUpdate runs spec.updateRevision: Admitting → (Deferred) →
-// UpdatingReplicas → FailingOver → UpdatingFormerPrimary → Completed. Each
-// phase persists its progress before the next.
+// UpdatingReplicas → FailingOver → UpdatingFormerPrimary → Completed.
+// policy decides each step; the switch acts and persists the progress.
 func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, st *step) error {
 	rev := g.Spec.UpdateRevision
-	if rev == "" || rev == g.Status.UpdatedRevision || g.Status.ActiveSite == "" {
-		return nil
-	}
 	for i := 0; i < 5; i++ {
-		switch g.Status.UpdatePhase {
-		case v1.PhaseNone, v1.PhaseCompleted, v1.PhaseFailed, v1.PhaseAdmitting, v1.PhaseDeferred:
+		step := policy.NextOrderedUpdateStep(policy.OrderedUpdateInput{Revision: rev, UpdatedRevision: g.Status.UpdatedRevision,
+			ActiveSite: g.Status.ActiveSite, Phase: g.Status.UpdatePhase, Transition: g.Status.Transition != nil})
+		switch step {
+		case policy.StepNone, policy.StepWaitTransition:
+			return nil
+		case policy.StepAdmit:
 			target := policy.BestSite(sites, g.Status.ActiveSite)
 			if target == "" {
 				target = g.Status.ActiveSite
@@ -33,7 +34,7 @@ func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *v1.Mysq
 				return err
 			}
 			g.Status.UpdatePhase = v1.PhaseUpdatingReplicas
-		case v1.PhaseUpdatingReplicas:
+		case policy.StepUpdateReplicas:
 			for _, s := range g.Spec.Sites {
 				if s.Name == g.Status.ActiveSite {
 					continue
@@ -46,19 +47,19 @@ func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *v1.Mysq
 			if len(g.Spec.Sites) == 1 {
 				g.Status.UpdatePhase = v1.PhaseUpdatingFormerPrimary
 			}
-		case v1.PhaseFailingOver:
-			if g.Status.Transition != nil {
-				return nil // the safety paths complete it (and advance this phase) or roll it back
-			}
+		case policy.StepPromote:
 			target := policy.BestSite(sites, g.Status.ActiveSite)
 			if ready, _ := policy.SiteReady(sites, target, g.Status.ActiveSite); target == "" || !ready {
 				st.after(waitRetry)
 				return nil
 			}
+			// On success the phase moves to UpdatingFormerPrimary in the same
+			// status write as the generation bump.
 			if err := r.promote(ctx, g, OpOrderedUpdate, target); err != nil {
 				return err
 			}
-		case v1.PhaseUpdatingFormerPrimary:
+			continue
+		case policy.StepUpdateAll:
 			for _, s := range g.Spec.Sites {
 				if err := r.driver().UpdateSite(ctx, g, s.Name, rev); err != nil {
 					return fmt.Errorf("ordered update: %w", err)

@@ -9,7 +9,8 @@ import (
 )
 
 // reconcilePlannedFailover runs spec.plannedFailover: Admitting → (Deferred
-// behind a live hold) → Promoting → Completed, or Failed.
+// behind a live hold) → Promoting → Completed, or Failed. policy decides the
+// step; the switch acts.
 func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, st *step) error {
 	req := g.Spec.PlannedFailover
 	if req == nil {
@@ -21,26 +22,25 @@ func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *v1.My
 		g.Status.PlannedFailover = &v1.PlannedFailoverStatus{ID: req.ID, TargetSite: req.TargetSite, Phase: v1.PlannedFailoverPhaseAdmitting}
 	}
 	target := pf().TargetSite
-	switch pf().Phase {
-	case v1.PlannedFailoverPhaseCompleted, v1.PlannedFailoverPhaseFailed:
+	step := policy.NextPlannedFailoverStep(policy.PlannedFailoverInput{Requested: true, Phase: pf().Phase, Target: target,
+		ActiveSite: g.Status.ActiveSite, Transition: g.Status.Transition != nil, Reserved: g.Status.Reservation != nil})
+	switch step {
+	case policy.StepNone, policy.StepWaitTransition:
 		return nil
-	case v1.PlannedFailoverPhasePromoting:
-		switch {
-		case g.Status.Transition != nil:
-			return nil // the safety paths complete it or roll it back
-		case g.Status.ActiveSite == target:
-			return r.completePlanned(ctx, g, "Promoted")
-		}
-		return r.promote(ctx, g, OpPlannedFailover, target) // reserved, not yet announced
-	}
-	if g.Status.ActiveSite == "" {
+	case policy.StepWaitBootstrap:
 		pf().Phase, pf().Reason = v1.PlannedFailoverPhaseAdmitting, "NotBootstrapped"
 		st.after(waitRetry)
 		return nil
+	case policy.StepComplete:
+		reason := "AlreadyActive"
+		if pf().Phase == v1.PlannedFailoverPhasePromoting {
+			reason = "Promoted"
+		}
+		return r.completePlanned(ctx, g, reason)
+	case policy.StepPromote:
+		return r.promote(ctx, g, OpPlannedFailover, target)
 	}
-	if target == g.Status.ActiveSite && g.Status.Reservation == nil {
-		return r.completePlanned(ctx, g, "AlreadyActive")
-	}
+	// StepAdmit
 	ok, err := r.gate(ctx, g, sites, st, gated{
 		op: OpPlannedFailover, id: req.ID, target: target,
 		wasDeferred: pf().Phase == v1.PlannedFailoverPhaseDeferred,

@@ -10,24 +10,25 @@ import (
 )
 
 // reconcileRestoreInPlace runs spec.restoreInPlace: Admitting → (Deferred)
-// → Restoring → Promoting → Completed.
+// → Restoring → Promoting → Completed. policy decides each step; the switch
+// acts and persists the progress.
 func (r *GroupReconciler) reconcileRestoreInPlace(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, st *step) error {
 	req := g.Spec.RestoreInPlace
-	if req == nil || g.Status.ActiveSite == "" {
-		return nil
-	}
-	if g.Status.RestoreInPlaceID != req.ID {
+	if req != nil && g.Status.ActiveSite != "" && g.Status.RestoreInPlaceID != req.ID {
 		g.Status.RestoreInPlaceID, g.Status.RestoreInPlace = req.ID, v1.PhaseAdmitting
 	}
-	target := req.TargetSite
-	if target == "" {
-		target = g.Status.ActiveSite
-	}
 	for i := 0; i < 4; i++ {
-		switch g.Status.RestoreInPlace {
-		case v1.PhaseCompleted, v1.PhaseFailed:
+		step := policy.NextRestoreInPlaceStep(policy.RestoreInPlaceInput{Requested: req != nil, ActiveSite: g.Status.ActiveSite,
+			Phase: g.Status.RestoreInPlace, Transition: g.Status.Transition != nil})
+		if step == policy.StepNone || step == policy.StepWaitTransition {
 			return nil
-		case v1.PhaseNone, v1.PhaseAdmitting, v1.PhaseDeferred:
+		}
+		target := req.TargetSite
+		if target == "" {
+			target = g.Status.ActiveSite
+		}
+		switch step {
+		case policy.StepAdmit:
 			ok, err := r.gate(ctx, g, sites, st, gated{op: OpRestoreInPlace, id: req.ID, target: target,
 				wasDeferred: g.Status.RestoreInPlace == v1.PhaseDeferred,
 				deferred:    func(policy.Admission) { g.Status.RestoreInPlace = v1.PhaseDeferred },
@@ -37,15 +38,14 @@ func (r *GroupReconciler) reconcileRestoreInPlace(ctx context.Context, g *v1.Mys
 				return err
 			}
 			g.Status.RestoreInPlace = v1.PhaseRestoring
-		case v1.PhaseRestoring:
+		case policy.StepRestore:
 			if err := r.driver().RestoreSite(ctx, g, target, req.ID); err != nil {
 				return fmt.Errorf("restore in place: %w", err)
 			}
 			g.Status.RestoreInPlace = v1.PhasePromoting
-		case v1.PhasePromoting:
-			if g.Status.Transition != nil {
-				return nil // the safety paths complete it (and this operation) or roll it back
-			}
+		case policy.StepPromote:
+			// On success the phase becomes Completed in the same status write
+			// as the generation bump.
 			return r.promote(ctx, g, OpRestoreInPlace, target)
 		default:
 			return fmt.Errorf("unknown restore phase %q", g.Status.RestoreInPlace)
