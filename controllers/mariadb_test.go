@@ -72,18 +72,11 @@ func writableServers(t *testing.T, servers ...*mariadblocal.Server) []string {
 func TestInterruptedPromotionOfRealMariaDB(t *testing.T) {
 	step := func(t *testing.T, f *fixture, rounds int, servers ...*mariadblocal.Server) {
 		t.Helper()
-		for i := 0; i < rounds; i++ {
-			res, err := f.reconcileTolerant()
+		f.rounds(rounds, func(i int) {
 			if w := writableServers(t, servers...); len(w) > 1 {
 				t.Fatalf("round %d: two writable sites %v", i, w)
 			}
-			switch {
-			case err != nil: // the controller would retry after a backoff
-				f.clock.Step(10 * time.Second)
-			case res.RequeueAfter > 0:
-				f.clock.Step(min(res.RequeueAfter, 20*time.Second))
-			}
-		}
+		})
 	}
 	t.Run("the target dies right after it was opened", func(t *testing.T) {
 		f := newFixture(t, false)

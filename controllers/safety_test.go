@@ -25,6 +25,23 @@ import (
 	"github.com/shipstream/bloodraven/topology/memory"
 )
 
+// rounds reconciles n times, letting the fake clock run as the controller
+// would wait (its requeue, or a backoff after an error), and calls check
+// after each round.
+func (f *fixture) rounds(n int, check func(round int)) {
+	f.t.Helper()
+	for i := 0; i < n; i++ {
+		res, err := f.reconcileTolerant()
+		check(i)
+		switch {
+		case err != nil: // the controller would retry after a backoff
+			f.clock.Step(10 * time.Second)
+		case res.RequeueAfter > 0:
+			f.clock.Step(min(res.RequeueAfter, 20*time.Second))
+		}
+	}
+}
+
 // reconcileTolerant runs a reconcile and returns its error (lease
 // bookkeeping may fail here on purpose).
 func (f *fixture) reconcileTolerant() (ctrl.Result, error) {
@@ -144,18 +161,11 @@ func TestInterruptedTransitionsNeverLeaveTwoWritableSites(t *testing.T) {
 		return out
 	}
 	run := func(f *fixture, rounds int) {
-		for i := 0; i < rounds; i++ {
-			res, err := f.reconcileTolerant()
+		f.rounds(rounds, func(i int) {
 			if w := writable(f); len(w) > 1 {
 				f.t.Fatalf("round %d: two writable sites %v", i, w)
 			}
-			switch {
-			case err != nil: // the controller would retry after a backoff
-				f.clock.Step(10 * time.Second)
-			case res.RequeueAfter > 0:
-				f.clock.Step(min(res.RequeueAfter, 20*time.Second))
-			}
-		}
+		})
 	}
 	t.Run("the target dies right after it was opened: complete, never reopen the old primary", func(t *testing.T) {
 		f := newFixture(t, true)

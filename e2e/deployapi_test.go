@@ -21,6 +21,24 @@ import (
 	mysqldriver "github.com/shipstream/bloodraven/topology/mysql"
 )
 
+// deployClient is the playground's pipeline: its deploy token, over TLS
+// verified against the playground's CA.
+func deployClient(t *testing.T, p *devenv.Playground) *tlsClient {
+	t.Helper()
+	caPEM, err := os.ReadFile(p.Paths.CACert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	token, err := os.ReadFile(p.Paths.DeployToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tlsClient{t: t, token: string(token), hc: &http.Client{Timeout: 10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "localhost"}}}}
+}
+
 type tlsClient struct {
 	t     *testing.T
 	hc    *http.Client
@@ -61,18 +79,7 @@ func (c *tlsClient) call(method, url string, body any, headers ...string) (int, 
 func TestDeployAPIOverTLSAcrossLeaderChange(t *testing.T) {
 	ctx := context.Background()
 	p, cfg := upPlayground(t)
-	caPEM, err := os.ReadFile(p.Paths.CACert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(caPEM)
-	token, err := os.ReadFile(p.Paths.DeployToken)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &tlsClient{t: t, token: string(token), hc: &http.Client{Timeout: 10 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "localhost"}}}}
+	c := deployClient(t, p)
 	base := func(addr string) string { return "https://" + addr + "/deploy/v1/groups/" + devenv.GroupName }
 
 	leader := base(cfg.TLSAddr)

@@ -22,23 +22,8 @@ import (
 func TestEmergencyFailoverOfRealMariaDB(t *testing.T) {
 	ctx := context.Background()
 	p, _ := upPlayground(t)
-	admin, err := client.New(p.AdminConfig, client.Options{Scheme: bloodravenscheme.New()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.GroupName}
-	g := &v1.MysqlFailoverGroup{}
-	waitFor(t, 30*time.Second, func() bool { _ = admin.Get(ctx, key, g); return g.Status.TopologyGeneration == 1 })
-	patch := client.MergeFrom(g.DeepCopy())
-	g.Spec.FailureDetectionSeconds = 5
-	if err := admin.Patch(ctx, g, patch); err != nil { // a merge patch: the operator writes the group too
-		t.Fatal(err)
-	}
-	// An independent observer of the sites, with the playground's account.
-	probe := mysqldriver.New(func(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
-		return devenv.MySQLUser, devenv.MySQLPassword, nil
-	})
-	defer probe.Close()
+	admin, key, g := bootstrappedWithBudget(t, p, 5)
+	probe := siteObserver(t)
 	site := func(name string) topology.SiteState {
 		states, _ := probe.Probe(ctx, g)
 		for _, s := range states {
@@ -48,21 +33,8 @@ func TestEmergencyFailoverOfRealMariaDB(t *testing.T) {
 		}
 		return topology.SiteState{}
 	}
-
-	// Kill the primary once pdx has everything it wrote (asynchronous
-	// replication: a crash before that leaves errant transactions on iad,
-	// which the operator rightly refuses to rejoin; the driver test covers it).
-	waitFor(t, 30*time.Second, func() bool {
-		gtids, _ := probe.GTIDs(ctx, g)
-		return gtids["iad"] != "" && gtids["iad"] == gtids["pdx"]
-	})
-	p.Sites[0].Kill() // iad, the primary
-	killed := time.Now()
-	waitFor(t, 60*time.Second, func() bool {
-		_ = admin.Get(ctx, key, g)
-		return g.Status.ActiveSite == "pdx" && g.Status.TopologyGeneration == 2
-	})
-	t.Logf("pdx promoted %v after iad was killed (detection budget 5 s, probe interval 2 s)", time.Since(killed).Round(100*time.Millisecond))
+	took := killPrimaryAndWaitForPdx(t, p, probe, admin, key, g)
+	t.Logf("pdx promoted %v after iad was killed (detection budget 5 s, probe interval 2 s)", took.Round(100*time.Millisecond))
 	if s := site("pdx"); !s.Writable {
 		t.Fatalf("pdx after its promotion: %+v", s)
 	}
@@ -88,4 +60,57 @@ func TestEmergencyFailoverOfRealMariaDB(t *testing.T) {
 		t.Fatalf("events %v, want EmergencyFailover and SiteFenced", reasons)
 	}
 	t.Logf("events: %v", reasons)
+}
+
+// bootstrappedWithBudget waits for the playground's group to be bootstrapped
+// and sets its failure-detection budget to seconds. It returns an admin
+// client, the group's key and the group.
+func bootstrappedWithBudget(t *testing.T, p *devenv.Playground, seconds int32) (client.Client, client.ObjectKey, *v1.MysqlFailoverGroup) {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := client.New(p.AdminConfig, client.Options{Scheme: bloodravenscheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.GroupName}
+	g := &v1.MysqlFailoverGroup{}
+	waitFor(t, 30*time.Second, func() bool { _ = admin.Get(ctx, key, g); return g.Status.TopologyGeneration == 1 })
+	patch := client.MergeFrom(g.DeepCopy())
+	g.Spec.FailureDetectionSeconds = seconds
+	if err := admin.Patch(ctx, g, patch); err != nil { // a merge patch: the operator writes the group too
+		t.Fatal(err)
+	}
+	return admin, key, g
+}
+
+// siteObserver is an independent observer of the playground's sites, with
+// the playground's account.
+func siteObserver(t *testing.T) *mysqldriver.Driver {
+	t.Helper()
+	probe := mysqldriver.New(func(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
+		return devenv.MySQLUser, devenv.MySQLPassword, nil
+	})
+	t.Cleanup(probe.Close)
+	return probe
+}
+
+// killPrimaryAndWaitForPdx kills iad's mariadbd once pdx has everything it
+// wrote (asynchronous replication: a crash before that leaves errant
+// transactions on iad, which the operator rightly refuses to rejoin; the
+// driver test covers it), waits until the operator promoted pdx at
+// generation 2, and returns how long that took.
+func killPrimaryAndWaitForPdx(t *testing.T, p *devenv.Playground, probe *mysqldriver.Driver, admin client.Client, key client.ObjectKey, g *v1.MysqlFailoverGroup) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	waitFor(t, 30*time.Second, func() bool {
+		gtids, _ := probe.GTIDs(ctx, g)
+		return gtids["iad"] != "" && gtids["iad"] == gtids["pdx"]
+	})
+	p.Sites[0].Kill() // iad, the primary
+	killed := time.Now()
+	waitFor(t, 60*time.Second, func() bool {
+		_ = admin.Get(ctx, key, g)
+		return g.Status.ActiveSite == "pdx" && g.Status.TopologyGeneration == 2
+	})
+	return time.Since(killed)
 }
