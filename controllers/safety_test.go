@@ -306,13 +306,21 @@ func straddle(t *testing.T, n int) (promoted bool, status int, reads int) {
 		t.Fatalf("setup: the renewal did not reach its write: %d %v", r.status, r.body)
 	}
 
+	// The delayed write lands while the controller promotes: after its
+	// admission, before anything the promotion itself writes.
+	var r apiResp
+	var landed sync.Once
+	let := func() { landed.Do(func() { close(release); r = <-done }) }
+	f.rec.Driver = &faultyDriver{Driver: f.driver, promote: func(ctx context.Context, g *v1.MysqlFailoverGroup, site string, gen int64, planned bool) error {
+		let()
+		return f.driver.Promote(ctx, g, site, gen, planned)
+	}}
 	clk := &flipClock{before: expiry, after: expiry.Add(time.Millisecond), n: n}
 	f.rec.Clock = clk
 	for i := 0; i < 3; i++ {
 		_, _ = f.reconcileTolerant()
 	}
-	close(release)
-	r := <-done
+	let() // no promotion: the write lands now
 	g := f.get()
 	return g.Status.TopologyGeneration == 2, r.status, clk.reads
 }

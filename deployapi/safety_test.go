@@ -167,7 +167,8 @@ func TestLeasesAreBoundToTheirGroupsIdentity(t *testing.T) {
 			controllerutil.RemoveFinalizer(g, "test.bloodraven.shipstream.io/keep")
 			_ = env.Client.Update(f.ctx, g)
 		})
-		expectError(t, f.do(http.MethodPost, groupPath+"/leases", f.token, grantBody("migration", "op-b", 30)), http.StatusForbidden, "forbidden")
 		expectError(t, f.renewLease("migration", "op-a", mig), http.StatusNotFound, "not_found")
+		expectError(t, f.do(http.MethodPost, groupPath+"/leases", f.token, grantBody("migration", "op-a", 30)), http.StatusForbidden, "forbidden")
+		expectError(t, f.do(http.MethodPost, groupPath+"/leases", f.token, grantBody("migration", "op-b", 30)), http.StatusForbidden, "forbidden")
 	})
 }
