@@ -108,10 +108,13 @@ func TestInterruptedPromotionOfRealMariaDB(t *testing.T) {
 		if w := writableServers(t, iad, pdx); len(w) > 1 {
 			t.Fatalf("after the target restarted: two writable sites %v", w)
 		}
-		step(t, f, 4, iad, pdx)
+		for i := 0; i < 12 && f.get().Status.TopologyGeneration != 2; i++ {
+			step(t, f, 1, iad, pdx)
+		}
 		g := f.get()
 		if g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 2 || g.Status.Transition != nil {
-			t.Fatalf("the transition did not complete: %s/%d %+v", g.Status.ActiveSite, g.Status.TopologyGeneration, g.Status.Transition)
+			t.Fatalf("the transition did not complete: %s/%d %+v %+v; events %v", g.Status.ActiveSite, g.Status.TopologyGeneration,
+				g.Status.Transition, g.Status.PlannedFailover, f.events("TransitionRolledBack", 0))
 		}
 		if w := writableServers(t, iad, pdx); len(w) != 1 || w[0] != "pdx" {
 			t.Fatalf("writable after completion: %v", w)

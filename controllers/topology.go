@@ -34,6 +34,9 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 	if t := g.Status.Transition; t != nil {
 		in.Transition = &policy.Transition{TargetSite: t.TargetSite, StartedAt: t.StartedAt.Time,
 			Failures: t.Failures, Bootstrap: t.Operation == OpBootstrap}
+		if t.FailingSince != nil {
+			in.Transition.FailingSince = t.FailingSince.Time
+		}
 	}
 	d := policy.DecideTopology(in)
 	st.after(d.RequeueAfter)
@@ -78,8 +81,12 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 		}
 		return true, nil
 	}
-	if g.Status.Transition != nil && d.Reason != "" {
+	if t := g.Status.Transition; t != nil && d.Reason != "" {
 		st.degraded = "TransitionWaiting: " + d.Reason
+		if t.Failures > 0 || t.FailingSince != nil { // the target is away: its failures start over when it returns
+			t.Failures, t.FailingSince = 0, nil
+			return false, r.writeStatus(ctx, g)
+		}
 	}
 	return false, nil
 }
@@ -103,8 +110,13 @@ func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup,
 	planned := t.Operation != OpEmergencyFailover && t.Operation != OpBootstrap
 	if err := r.driver().Promote(ctx, g, t.TargetSite, t.Generation, planned); err != nil {
 		err = fmt.Errorf("%s: promote %s: %w", t.Operation, t.TargetSite, err)
-		g.Status.Transition.Failures++
-		g.Status.Transition.LastError = err.Error()
+		tr := g.Status.Transition
+		if tr.FailingSince == nil {
+			now := r.now()
+			tr.FailingSince = &now
+		}
+		tr.Failures++
+		tr.LastError = err.Error()
 		if werr := r.writeStatus(ctx, g); werr != nil {
 			return fmt.Errorf("%w (and recording the failure: %w)", err, werr)
 		}
@@ -175,6 +187,6 @@ func (r *GroupReconciler) rollBack(ctx context.Context, g *v1.MysqlFailoverGroup
 	if err := r.writeStatus(ctx, g); err != nil {
 		return err
 	}
-	EventTransitionRolledBack.emit(r.Recorder, g, t.Operation, t.TargetSite, why)
+	EventTransitionRolledBack.emit(r.Recorder, g, t.Operation, t.TargetSite, why+"; last error: "+t.LastError)
 	return nil
 }

@@ -118,16 +118,19 @@ func TestDecideTopology(t *testing.T) {
 			in: TopologyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Hour), Failures: 9}, PromoteTimeout: time.Minute,
 				Sites: sites(replica("iad", 0), down("pdx"))}, want: ActionNone},
 		"a failing transition is retried within the promote timeout": {
-			in: TopologyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-30 * time.Second), Failures: 5}, PromoteTimeout: time.Minute,
+			in: TopologyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Hour), FailingSince: t0.Add(-30 * time.Second), Failures: 5}, PromoteTimeout: time.Minute,
 				Sites: sites(replica("iad", 0), replica("pdx", 0))}, want: ActionResume, wantSite: "pdx"},
 		"a transition past its timeout without failures is retried": {
 			in: TopologyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Hour)}, PromoteTimeout: time.Minute,
 				Sites: sites(replica("iad", 0), replica("pdx", 0))}, want: ActionResume, wantSite: "pdx"},
 		"a transition that keeps failing is rolled back, its target fenced": {
-			in: TopologyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Minute), Failures: MinPromoteFailures}, PromoteTimeout: time.Minute,
+			in: TopologyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Minute), FailingSince: t0.Add(-time.Minute), Failures: MinPromoteFailures}, PromoteTimeout: time.Minute,
 				Sites: sites(replica("iad", 0), primary("pdx"))}, want: ActionRollBack, wantSite: "pdx"},
+		"failures of a target that just came back do not roll it back at once": {
+			in: TopologyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Hour), FailingSince: t0.Add(-10 * time.Second), Failures: 4}, PromoteTimeout: time.Minute,
+				Sites: sites(replica("iad", 0), primary("pdx"))}, want: ActionResume, wantSite: "pdx"},
 		"a bootstrap is never rolled back": {
-			in: TopologyInput{Transition: &Transition{TargetSite: "iad", StartedAt: t0.Add(-time.Hour), Failures: 9, Bootstrap: true}, PromoteTimeout: time.Minute,
+			in: TopologyInput{Transition: &Transition{TargetSite: "iad", StartedAt: t0.Add(-time.Hour), FailingSince: t0.Add(-time.Hour), Failures: 9, Bootstrap: true}, PromoteTimeout: time.Minute,
 				Sites: sites(primary("iad"), replica("pdx", 0))}, want: ActionResume, wantSite: "iad"},
 		"bootstrap one writable site":          {in: TopologyInput{Sites: sites(primary("iad"), replica("pdx", 0))}, want: ActionBootstrap, wantSite: "iad"},
 		"no bootstrap without a writable site": {in: TopologyInput{Sites: sites(down("iad"), down("pdx"))}, want: ActionNone},

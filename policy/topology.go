@@ -55,7 +55,7 @@ type TopologyInput struct {
 	PrimaryLostAt *metav1.Time
 	Budget        time.Duration
 	// PromoteTimeout: a transition whose promotion has failed at least
-	// MinPromoteFailures times and is older than this is rolled back.
+	// MinPromoteFailures times, over at least this long, is rolled back.
 	PromoteTimeout time.Duration
 	Sites          []topology.SiteState
 }
@@ -64,8 +64,10 @@ type TopologyInput struct {
 type Transition struct {
 	TargetSite string
 	StartedAt  time.Time
-	// Failures counts the failed promotion attempts.
-	Failures int32
+	// Failures counts the failed promotion attempts against a reachable
+	// target since FailingSince.
+	Failures     int32
+	FailingSince time.Time
 	// Bootstrap transitions are never rolled back: the target is the only
 	// writable site, and fencing it would leave the group with none.
 	Bootstrap bool
@@ -97,9 +99,9 @@ func DecideTopology(in TopologyInput) TopologyDecision {
 		case target == nil || !target.Reachable:
 			return TopologyDecision{Action: ActionNone, RequeueAfter: 5 * time.Second,
 				Reason: fmt.Sprintf("transition to %s waits for its target: no site is reopened until %s is promoted or fenced", t.TargetSite, t.TargetSite)}
-		case !t.Bootstrap && t.Failures >= MinPromoteFailures && in.Now.Sub(t.StartedAt) >= in.PromoteTimeout:
+		case !t.Bootstrap && t.Failures >= MinPromoteFailures && !t.FailingSince.IsZero() && in.Now.Sub(t.FailingSince) >= in.PromoteTimeout:
 			return TopologyDecision{Action: ActionRollBack, Site: t.TargetSite,
-				Reason: fmt.Sprintf("promotion of %s failed %d times over %s", t.TargetSite, t.Failures, in.Now.Sub(t.StartedAt).Round(time.Second))}
+				Reason: fmt.Sprintf("promotion of %s failed %d times over %s", t.TargetSite, t.Failures, in.Now.Sub(t.FailingSince).Round(time.Second))}
 		}
 		return TopologyDecision{Action: ActionResume, Site: t.TargetSite}
 	}

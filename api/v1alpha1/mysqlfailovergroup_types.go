@@ -240,16 +240,22 @@ type TopologyTransition struct {
 	// StartedAt is when the operator marked the transition.
 	StartedAt metav1.Time `json:"startedAt"`
 
-	// Failures counts the promotion attempts that failed. After a few
-	// failures over the operator's promote timeout the transition is rolled
-	// back: its target is fenced read-only before any other site is made
-	// writable again.
+	// Failures counts the promotion attempts that failed against a
+	// reachable target. After a few failures spanning the operator's promote
+	// timeout the transition is rolled back: its target is fenced read-only
+	// before any other site is made writable again.
 	// +optional
 	Failures int32 `json:"failures,omitempty"`
 
 	// LastError is the error of the last failed promotion attempt.
 	// +optional
 	LastError string `json:"lastError,omitempty"`
+
+	// FailingSince is when the current run of failed attempts began. It is
+	// cleared, with Failures, while the target is unreachable: a target that
+	// comes back gets the full promote timeout again.
+	// +optional
+	FailingSince *metav1.Time `json:"failingSince,omitempty"`
 }
 
 // OperationReservation is written by the operator after a planned operation
