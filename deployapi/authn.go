@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	authv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/lru"
 )
@@ -57,7 +58,7 @@ const (
 // every request. Failures are never cached, so a token that starts working is
 // accepted at once.
 type authenticator struct {
-	kube     kubernetes.Interface
+	reviews  authv1client.TokenReviewInterface
 	audience string
 	clock    clock.PassiveClock
 	ttl      time.Duration
@@ -70,7 +71,11 @@ type cachedReview struct {
 }
 
 func newAuthenticator(kube kubernetes.Interface, audience string, clk clock.PassiveClock, ttl time.Duration, size int) *authenticator {
-	return &authenticator{kube: kube, audience: audience, clock: clk, ttl: ttl, cache: lru.New(size)}
+	return newAuthenticatorFor(kube.AuthenticationV1().TokenReviews(), audience, clk, ttl, size)
+}
+
+func newAuthenticatorFor(reviews authv1client.TokenReviewInterface, audience string, clk clock.PassiveClock, ttl time.Duration, size int) *authenticator {
+	return &authenticator{reviews: reviews, audience: audience, clock: clk, ttl: ttl, cache: lru.New(size)}
 }
 
 // bearerToken extracts the token of an Authorization: Bearer header.
@@ -99,7 +104,7 @@ func (a *authenticator) authenticate(ctx context.Context, r *http.Request) (Iden
 		}
 		a.cache.Remove(key)
 	}
-	review, err := a.kube.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+	review, err := a.reviews.Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{a.audience}},
 	}, metav1.CreateOptions{})
 	if err != nil {

@@ -10,46 +10,52 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // jwt returns a JWT-shaped token (header.payload.signature) with the given
-// JSON payload. The signature is not valid: the fake TokenReview below
+// JSON payload. The signature is not valid: the stub TokenReview below
 // accepts whatever it is told to.
 func jwt(payload string) string {
 	enc := base64.RawURLEncoding.EncodeToString
 	return enc([]byte(`{"alg":"RS256","typ":"JWT"}`)) + "." + enc([]byte(payload)) + "." + enc([]byte("signature"))
 }
 
-// fakeReviews is a clientset whose TokenReviews authenticate every token as
+// fakeReviews is a stub TokenReview endpoint that authenticates every token as
 // system:serviceaccount:ns:sa with status.audiences set to audiences, and
 // that counts the reviews it is asked for.
 //
 // The rest of the suite uses real TokenReviews against envtest's
-// kube-apiserver. This one is a fake because the real kube-apiserver never
+// kube-apiserver. This one is a stub because the real kube-apiserver never
 // returns an empty status.audiences for a review with spec.audiences; an
 // authenticator that is not audience aware (a webhook, an older server) does,
-// and only a fake can play it.
-func fakeReviews(t *testing.T, audiences []string, reviews *int) *fake.Clientset {
+// and only a stub can play it.
+func fakeReviews(t *testing.T, audiences []string, reviews *int) *stubReviews {
 	t.Helper()
-	kube := fake.NewClientset()
-	kube.PrependReactor("create", "tokenreviews", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		*reviews++
-		tr := action.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview).DeepCopy()
-		if !slices.Equal(tr.Spec.Audiences, []string{"bloodraven-deploy"}) {
-			t.Errorf("TokenReview spec.audiences = %q, want [bloodraven-deploy]", tr.Spec.Audiences)
-		}
-		tr.Status = authenticationv1.TokenReviewStatus{
-			Authenticated: true,
-			User:          authenticationv1.UserInfo{Username: "system:serviceaccount:ns:sa"},
-			Audiences:     audiences,
-		}
-		return true, tr, nil
-	})
-	return kube
+	return &stubReviews{t: t, audiences: audiences, reviews: reviews}
+}
+
+// stubReviews plays a TokenReview endpoint that authenticates every token as
+// system:serviceaccount:ns:sa with the given status.audiences.
+type stubReviews struct {
+	t         *testing.T
+	audiences []string
+	reviews   *int
+}
+
+func (s *stubReviews) Create(_ context.Context, in *authenticationv1.TokenReview, _ metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
+	*s.reviews++
+	tr := in.DeepCopy()
+	if !slices.Equal(tr.Spec.Audiences, []string{"bloodraven-deploy"}) {
+		s.t.Errorf("TokenReview spec.audiences = %q, want [bloodraven-deploy]", tr.Spec.Audiences)
+	}
+	tr.Status = authenticationv1.TokenReviewStatus{
+		Authenticated: true,
+		User:          authenticationv1.UserInfo{Username: "system:serviceaccount:ns:sa"},
+		Audiences:     s.audiences,
+	}
+	return tr, nil
 }
 
 func authenticateToken(a *authenticator, token string) (Identity, error) {
@@ -69,7 +75,7 @@ func TestReviewWithoutOurAudienceIsRejected(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var reviews int
 			clk := clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
-			a := newAuthenticator(fakeReviews(t, tc.audiences, &reviews), "bloodraven-deploy", clk, time.Minute, 8)
+			a := newAuthenticatorFor(fakeReviews(t, tc.audiences, &reviews), "bloodraven-deploy", clk, time.Minute, 8)
 			token := jwt(`{"exp":` + itoa(clk.Now().Add(time.Hour).Unix()) + `}`)
 			for i := 0; i < 2; i++ {
 				if id, err := authenticateToken(a, token); err != errUnauthenticated {
@@ -87,7 +93,7 @@ func TestCachedReviewExpiresWithTheToken(t *testing.T) {
 	var reviews int
 	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(t0)
-	a := newAuthenticator(fakeReviews(t, []string{"bloodraven-deploy"}, &reviews), "bloodraven-deploy", clk, time.Minute, 8)
+	a := newAuthenticatorFor(fakeReviews(t, []string{"bloodraven-deploy"}, &reviews), "bloodraven-deploy", clk, time.Minute, 8)
 	token := jwt(`{"aud":["bloodraven-deploy"],"exp":` + itoa(t0.Add(30*time.Second).Unix()) + `,"sub":"system:serviceaccount:ns:sa"}`)
 	want := Identity{Namespace: "ns", ServiceAccount: "sa"}
 	step := func(at time.Duration, wantReviews int) {
@@ -119,7 +125,7 @@ func TestReviewOfTokenWithoutFutureExpIsNotCached(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var reviews int
 			clk := clocktesting.NewFakeClock(t0)
-			a := newAuthenticator(fakeReviews(t, []string{"bloodraven-deploy"}, &reviews), "bloodraven-deploy", clk, time.Minute, 8)
+			a := newAuthenticatorFor(fakeReviews(t, []string{"bloodraven-deploy"}, &reviews), "bloodraven-deploy", clk, time.Minute, 8)
 			for i := 1; i <= 2; i++ {
 				if _, err := authenticateToken(a, tc.token); err != nil {
 					t.Fatal(err)
