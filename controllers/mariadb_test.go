@@ -91,7 +91,17 @@ func TestInterruptedPromotionOfRealMariaDB(t *testing.T) {
 				return err
 			}
 			fd.promote = nil
-			pdx.Kill() // the target is writable, then lost with the answer
+			// The old primary replicates the target's fence writes back, then
+			// the target is lost with the answer: the resumed promotion must
+			// not wait for the target's own writes as if they were to apply.
+			deadline := time.Now().Add(20 * time.Second)
+			for time.Now().Before(deadline) {
+				if gtids, _ := inner.(*mysqldriver.Driver).GTIDs(ctx, g); gtids["iad"] != "" && gtids["iad"] == gtids["pdx"] {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			pdx.Kill()
 			return errors.New("connection lost")
 		}
 		f.rec.PromoteTimeout = time.Minute

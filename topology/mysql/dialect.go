@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -97,3 +98,42 @@ const (
 	// its generation.
 	FenceQuery = "SELECT generation, active_site FROM bloodraven.fence WHERE id = 1 AND @@global.read_only = 0"
 )
+
+// mariadbGTIDCovers tells whether the MariaDB GTID position have (a
+// comma-separated list of domain-server-seq, one per domain) includes want:
+// for every domain of want, have holds the same domain at the same or a
+// higher sequence number. gtid_strict_mode keeps sequence numbers increasing
+// within a domain.
+func mariadbGTIDCovers(have, want string) bool {
+	seqs := map[string]uint64{}
+	for _, g := range strings.Split(have, ",") {
+		if d, seq, ok := parseMariaDBGTID(g); ok && seq > seqs[d] {
+			seqs[d] = seq
+		}
+	}
+	for _, g := range strings.Split(want, ",") {
+		if strings.TrimSpace(g) == "" {
+			continue
+		}
+		d, seq, ok := parseMariaDBGTID(g)
+		if !ok {
+			return false
+		}
+		if got, found := seqs[d]; !found || got < seq {
+			return false
+		}
+	}
+	return true
+}
+
+func parseMariaDBGTID(g string) (domain string, seq uint64, ok bool) {
+	parts := strings.Split(strings.TrimSpace(g), "-")
+	if len(parts) != 3 {
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(parts[2], 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return parts[0], n, true
+}

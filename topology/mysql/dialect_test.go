@@ -59,3 +59,25 @@ func TestQuoteEscapes(t *testing.T) {
 		t.Fatalf("quote = %s", got)
 	}
 }
+
+func TestMariaDBGTIDCovers(t *testing.T) {
+	tests := map[string]struct {
+		have, want string
+		covers     bool
+	}{
+		"the same position":                          {have: "0-1-5", want: "0-1-5", covers: true},
+		"a later position in the domain":             {have: "0-2-7", want: "0-1-5", covers: true},
+		"an earlier position":                        {have: "0-1-4", want: "0-1-5", covers: false},
+		"the site's own writes, replicated back":     {have: "0-2-5", want: "0-2-5", covers: true},
+		"a domain the site never saw":                {have: "0-1-9", want: "0-1-5,1-3-2", covers: false},
+		"every domain covered":                       {have: "1-3-2,0-1-9", want: "0-1-5,1-3-2", covers: true},
+		"nothing wanted":                             {have: "0-1-1", want: "", covers: true},
+		"an unreadable position covers nothing":      {have: "0-1-9", want: "garbage", covers: false},
+		"an empty binary log covers a real position": {have: "", want: "0-1-1", covers: false},
+	}
+	for name, tc := range tests {
+		if got := mariadbGTIDCovers(tc.have, tc.want); got != tc.covers {
+			t.Errorf("%s: %v, want %v", name, got, tc.covers)
+		}
+	}
+}

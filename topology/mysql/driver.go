@@ -301,6 +301,17 @@ func (s *site) waitFor(ctx context.Context, gtid string, timeout time.Duration) 
 	if gtid == "" {
 		return nil
 	}
+	if s.d.name == mariaDB.name {
+		// MASTER_GTID_WAIT waits on gtid_slave_pos, which never holds the
+		// site's own writes: a target already promoted once (its fence row,
+		// replicated back to the old primary) would wait forever on a
+		// resumed promotion. Its binary log (log-slave-updates) already
+		// holds both its own and the applied transactions.
+		var have string
+		if err := s.db.QueryRowContext(ctx, s.d.gtidExecuted).Scan(&have); err == nil && mariadbGTIDCovers(have, gtid) {
+			return nil
+		}
+	}
 	wctx, cancel := context.WithTimeout(ctx, timeout+5*time.Second)
 	defer cancel()
 	var res sql.NullInt64
