@@ -162,11 +162,7 @@ func (r *GroupReconciler) admit(ctx context.Context, g *v1.MysqlFailoverGroup, s
 	if err != nil {
 		return policy.Admission{}, nil, err
 	}
-	recs := make([]*leases.Record, len(objs))
-	objOf := make(map[*leases.Record]*leasestore.Object, len(objs))
-	for i, o := range objs {
-		recs[i], objOf[o.Record] = o.Record, o
-	}
+	recs, objOf := leasestore.Records(objs)
 	ready, why := policy.SiteReady(sites, target, g.Status.ActiveSite)
 	return policy.Admit(policy.AdmissionInput{Now: r.Clock.Now(), GroupUID: string(g.UID), Leases: recs,
 		TargetReady: ready, TargetReason: why}), objOf, nil

@@ -10,7 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
 )
@@ -41,11 +40,7 @@ func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup
 	if err != nil {
 		return err
 	}
-	recs := make([]*leases.Record, len(objs))
-	objOf := map[*leases.Record]*leasestore.Object{}
-	for i, o := range objs {
-		recs[i], objOf[o.Record] = o.Record, o
-	}
+	recs, objOf := leasestore.Records(objs)
 	_, annotated := g.Annotations[v1.RevokeDeploymentLeasesAnnotation]
 	d := policy.DecideBookkeeping(policy.BookkeepingInput{Now: r.Clock.Now(), GroupUID: string(g.UID),
 		Generation: g.Status.TopologyGeneration, RevokeAll: annotated, Leases: recs})

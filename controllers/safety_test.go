@@ -22,7 +22,6 @@ import (
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/testenv"
 	"github.com/shipstream/bloodraven/topology"
-	"github.com/shipstream/bloodraven/topology/memory"
 )
 
 // rounds reconciles n times, letting the fake clock run as the controller
@@ -324,5 +323,3 @@ func straddle(t *testing.T, n int) (promoted bool, status int, reads int) {
 	g := f.get()
 	return g.Status.TopologyGeneration == 2, r.status, clk.reads
 }
-
-var _ = memory.New

@@ -65,6 +65,17 @@ func RecordOf(o *Object) *leases.Record {
 	return o.Record
 }
 
+// Records are the objects' records, and the object each came from (to write
+// back with the resourceVersion a decision was made on).
+func Records(objs []*Object) ([]*leases.Record, map[*leases.Record]*Object) {
+	recs := make([]*leases.Record, len(objs))
+	objOf := make(map[*leases.Record]*Object, len(objs))
+	for i, o := range objs {
+		recs[i], objOf[o.Record] = o.Record, o
+	}
+	return recs, objOf
+}
+
 // ErrCorrupt marks a Lease whose record cannot be decoded.
 var ErrCorrupt = errors.New("corrupt deployment lease record")
 
@@ -270,11 +281,8 @@ func (s *Store) List(ctx context.Context, namespace, group string, fresh bool) (
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*leases.Record, len(objs))
-	for i, o := range objs {
-		out[i] = o.Record
-	}
-	return out, nil
+	recs, _ := Records(objs)
+	return recs, nil
 }
 
 // ListObjects returns the group's deployment Leases (not tombstones), sorted
