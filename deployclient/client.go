@@ -1,0 +1,386 @@
+package deployclient
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Lease kinds of the deployment API.
+const (
+	KindMigration    = "migration"
+	KindFailoverHold = "failover-hold"
+)
+
+// Error codes of the deployment API that the client acts on (DESIGN §3).
+const (
+	CodeBadRequest       = "bad_request"
+	CodeUnauthenticated  = "unauthenticated"
+	CodeForbidden        = "forbidden"
+	CodeMigrationNotHeld = "migration_not_held"
+	CodeTokenMismatch    = "token_mismatch"
+	CodeNotFound         = "not_found"
+	CodeHeld             = "held"
+	CodeRevoked          = "revoked"
+	CodeUnstable         = "unstable"
+	CodeNotLeader        = "not_leader"
+	CodeUnavailable      = "unavailable"
+)
+
+// Config says where the deployment API is and how to trust and authenticate
+// to it.
+type Config struct {
+	// Server is the API's base URL, https://host[:port]. Plain http is refused.
+	Server string
+	// CAFile is a PEM bundle the server's certificate must chain to. Empty
+	// means the system roots. The hostname of Server is always verified.
+	CAFile string
+	// TokenFile holds the projected ServiceAccount token (audience
+	// bloodraven-deploy). It is read again for every request, so a rotated
+	// token is picked up without a restart.
+	TokenFile string
+	// RequestTimeout caps one request; default 10 s. A session also cuts a
+	// renewal off at the lease's confirmed deadline.
+	RequestTimeout time.Duration
+	// UserAgent is sent with every request.
+	UserAgent string
+}
+
+// Client speaks the deployment API. It holds no lease state; see Session.
+type Client struct {
+	base      *url.URL
+	hc        *http.Client
+	tokenFile string
+	timeout   time.Duration
+	userAgent string
+}
+
+// New checks cfg and loads the CA bundle.
+func New(cfg Config) (*Client, error) {
+	u, err := url.Parse(cfg.Server)
+	if err != nil {
+		return nil, fmt.Errorf("server URL %q: %w", cfg.Server, err)
+	}
+	if u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("server URL %q: want https://host[:port] (the deployment API is served only over TLS)", cfg.Server)
+	}
+	if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
+		return nil, fmt.Errorf("server URL %q: want no path or query (the client adds /deploy/v1/...)", cfg.Server)
+	}
+	u.Path = ""
+	if cfg.TokenFile == "" {
+		return nil, errors.New("no token file: the projected ServiceAccount token (audience bloodraven-deploy) is required")
+	}
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: u.Hostname()}
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("CA file: %w", err)
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CA file %s: no PEM certificate in it", cfg.CAFile)
+		}
+		tlsCfg.RootCAs = roots
+	}
+	timeout := cfg.RequestTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	ua := cfg.UserAgent
+	if ua == "" {
+		ua = "bloodraven-deployclient"
+	}
+	tr := &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		TLSClientConfig:     tlsCfg,
+		TLSHandshakeTimeout: timeout,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &Client{
+		base:      u,
+		hc:        &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		tokenFile: cfg.TokenFile,
+		timeout:   timeout,
+		userAgent: ua,
+	}, nil
+}
+
+// Server is the base URL the client talks to.
+func (c *Client) Server() string { return c.base.String() }
+
+// Holder is the operation that holds a group's migration mutex.
+type Holder struct {
+	OperationID string `json:"operationId"`
+	Instance    string `json:"instance"`
+	ExpiresAt   string `json:"expiresAt"`
+}
+
+// APIError is an answer of the deployment API other than success: the
+// contract's JSON error, with its extra fields decoded.
+type APIError struct {
+	Status     int
+	Code       string
+	Message    string
+	Holder     *Holder
+	Reason     string
+	Generation int64
+	// RetryAfter is from retryAfterSeconds or the Retry-After header.
+	RetryAfter time.Duration
+}
+
+func (e *APIError) Error() string {
+	s := fmt.Sprintf("%d %s", e.Status, e.Code)
+	switch {
+	case e.Code == CodeRevoked:
+		s += fmt.Sprintf(" (reason %s, group generation %d)", e.Reason, e.Generation)
+	case e.Holder != nil:
+		s += fmt.Sprintf(" (by operation %s, instance %s, until %s)", e.Holder.OperationID, e.Holder.Instance, e.Holder.ExpiresAt)
+	case e.Message != "":
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// Is lets errors.Is match an *APIError by status and code.
+func (e *APIError) Is(target error) bool {
+	t, ok := target.(*APIError)
+	return ok && t.Status == e.Status && t.Code == e.Code
+}
+
+// Transient reports whether err may go away by itself: a transport failure,
+// 423 unstable, 503 (not_leader, unavailable), 429, other 5xx, and 401 (a
+// token file in the middle of rotation). Everything else is an answer.
+func Transient(err error) bool {
+	var ae *APIError
+	if !errors.As(err, &ae) {
+		return err != nil && !errors.Is(err, context.Canceled)
+	}
+	switch {
+	case ae.Status == http.StatusLocked, ae.Status == http.StatusTooManyRequests,
+		ae.Status == http.StatusUnauthorized, ae.Status >= 500:
+		return true
+	}
+	return false
+}
+
+// Lease is a grant's or renewal's answer.
+type Lease struct {
+	Kind               string `json:"kind"`
+	OperationID        string `json:"operationId"`
+	Instance           string `json:"instance"`
+	ExpiresAt          string `json:"expiresAt"`
+	TopologyGeneration int64  `json:"topologyGeneration"`
+	TTLSeconds         int64  `json:"ttlSeconds"`
+}
+
+// Grant is a grant's answer: the lease and its token. Created is false for a
+// re-grant of the same operation (200), which invalidated the previous token.
+type Grant struct {
+	Lease
+	Token   string `json:"token"`
+	Created bool   `json:"-"`
+}
+
+// GrantRequest asks for a lease.
+type GrantRequest struct {
+	Kind        string `json:"kind"`
+	OperationID string `json:"operationId"`
+	Instance    string `json:"instance"`
+	TTLSeconds  int64  `json:"ttlSeconds,omitempty"`
+}
+
+// Group is the observation GET /deploy/v1/groups/{group} answers.
+type Group struct {
+	Group              string     `json:"group"`
+	Namespace          string     `json:"namespace"`
+	ActiveSite         string     `json:"activeSite"`
+	TopologyGeneration int64      `json:"topologyGeneration"`
+	Health             Health     `json:"health"`
+	Operations         Operations `json:"operations"`
+	Stable             bool       `json:"stable"`
+	UnstableReason     string     `json:"unstableReason"`
+	Leases             []Listed   `json:"leases"`
+}
+
+// Health is the group's health block.
+type Health struct {
+	Ready                 bool    `json:"ready"`
+	DegradedReason        string  `json:"degradedReason"`
+	ReplicationRunning    bool    `json:"replicationRunning"`
+	ReplicationLagSeconds float64 `json:"replicationLagSeconds"`
+	RecoveryPending       bool    `json:"recoveryPending"`
+}
+
+// Operations are the group's operation phases.
+type Operations struct {
+	PlannedFailover  Planned `json:"plannedFailover"`
+	UpdatePhase      string  `json:"updatePhase"`
+	RestoreInPlace   string  `json:"restoreInPlace"`
+	DragonflyUpgrade string  `json:"dragonflyUpgrade"`
+}
+
+// Planned is a planned failover's phase and reason.
+type Planned struct {
+	Phase  string `json:"phase"`
+	Reason string `json:"reason"`
+}
+
+// Listed is a live lease as GET lists it.
+type Listed struct {
+	Kind               string `json:"kind"`
+	OperationID        string `json:"operationId"`
+	Instance           string `json:"instance"`
+	ExpiresAt          string `json:"expiresAt"`
+	TopologyGeneration int64  `json:"topologyGeneration"`
+}
+
+// Observe reads the group. The observation grants nothing.
+func (c *Client) Observe(ctx context.Context, group string) (*Group, error) {
+	var g Group
+	if _, err := c.do(ctx, http.MethodGet, groupPath(group), nil, nil, &g); err != nil {
+		return nil, err
+	}
+	return &g, nil
+}
+
+// Grant asks for a lease. A second Grant for the same operation re-grants it:
+// a new token, and the previous one stops working.
+func (c *Client) Grant(ctx context.Context, group string, req GrantRequest) (*Grant, error) {
+	var g Grant
+	status, err := c.do(ctx, http.MethodPost, groupPath(group)+"/leases", req, nil, &g)
+	if err != nil {
+		return nil, err
+	}
+	g.Created = status == http.StatusCreated
+	return &g, nil
+}
+
+// Renew renews a lease; ttlSeconds 0 keeps the lease's ttl.
+func (c *Client) Renew(ctx context.Context, group, kind, operationID, token string, ttlSeconds int64) (*Lease, error) {
+	body := struct {
+		Token      string `json:"token"`
+		TTLSeconds int64  `json:"ttlSeconds,omitempty"`
+	}{token, ttlSeconds}
+	var l Lease
+	if _, err := c.do(ctx, http.MethodPut, leasePath(group, kind, operationID), body, nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// Release releases a lease. An absent, expired or revoked lease is released
+// already (204).
+func (c *Client) Release(ctx context.Context, group, kind, operationID, token string) error {
+	_, err := c.do(ctx, http.MethodDelete, leasePath(group, kind, operationID), nil, http.Header{"X-Lease-Token": {token}}, nil)
+	return err
+}
+
+func groupPath(group string) string { return "/deploy/v1/groups/" + url.PathEscape(group) }
+
+func leasePath(group, kind, op string) string {
+	return groupPath(group) + "/leases/" + url.PathEscape(kind) + "/" + url.PathEscape(op)
+}
+
+// ReadToken reads the bearer token from path, as every request does.
+func ReadToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("token file %s is empty", path)
+	}
+	return tok, nil
+}
+
+// maxResponse bounds what the client reads of an answer.
+const maxResponse = 1 << 20
+
+func (c *Client) do(ctx context.Context, method, path string, in any, hdr http.Header, out any) (int, error) {
+	token, err := ReadToken(c.tokenFile)
+	if err != nil {
+		return 0, err
+	}
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, fmt.Errorf("encode request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	u := *c.base
+	u.Path = path
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return 0, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.userAgent)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		// The error names the URL, never a header: no token in it.
+		return 0, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	if err != nil {
+		return resp.StatusCode, fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		if out != nil && resp.StatusCode != http.StatusNoContent {
+			if err := json.Unmarshal(raw, out); err != nil {
+				return resp.StatusCode, fmt.Errorf("%s %s: answer %d is not the API's JSON: %w", method, path, resp.StatusCode, err)
+			}
+		}
+		return resp.StatusCode, nil
+	}
+	return resp.StatusCode, decodeError(resp, raw)
+}
+
+func decodeError(resp *http.Response, raw []byte) *APIError {
+	var b struct {
+		Error              string  `json:"error"`
+		Message            string  `json:"message"`
+		Holder             *Holder `json:"holder"`
+		Reason             string  `json:"reason"`
+		TopologyGeneration int64   `json:"topologyGeneration"`
+		RetryAfterSeconds  int64   `json:"retryAfterSeconds"`
+	}
+	e := &APIError{Status: resp.StatusCode}
+	if err := json.Unmarshal(raw, &b); err != nil || b.Error == "" {
+		e.Code = "http_" + strconv.Itoa(resp.StatusCode)
+		e.Message = "the answer is not the deployment API's JSON (is the server URL right?)"
+	} else {
+		e.Code, e.Message, e.Holder, e.Reason, e.Generation = b.Error, b.Message, b.Holder, b.Reason, b.TopologyGeneration
+	}
+	if b.RetryAfterSeconds > 0 {
+		e.RetryAfter = time.Duration(b.RetryAfterSeconds) * time.Second
+	} else if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	return e
+}

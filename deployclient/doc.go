@@ -1,0 +1,42 @@
+// Package deployclient is the pipeline side of the deployment API
+// (/deploy/v1): a Client for its four requests and a Session that holds a
+// group's migration mutex and the operation's failover-hold around a piece
+// of work, the way `consul lock` holds a lock around a child process, plus
+// the fencing consul lacks.
+//
+// A Session:
+//   - takes the migration lease, then the failover-hold, for one operation
+//     id and instance; while another operation holds the mutex it waits
+//     until the holder's expiresAt (with jitter, within SessionConfig.Wait);
+//   - renews both every ttl/3 and keeps, per lease, the last confirmed
+//     deadline: the moment the last successful request was sent plus the
+//     ttl the server answered, on the client's monotonic clock. The server's
+//     expiresAt is never used for it, so a server clock running ahead cannot
+//     stretch it;
+//   - treats 423 unstable (and 503, 429, 401, a transport error) as "not
+//     renewed": it keeps asking inside the confirmed deadline and declares
+//     the lease lost when the deadline passes;
+//   - declares the lease lost at once on 404 not_found, 409 revoked (with
+//     its reason), 403 token_mismatch or forbidden, and on a renewal whose
+//     topologyGeneration differs from the grant's. The loss is reported
+//     once: Lost() closes, Err() returns the *LostError and Context() is
+//     canceled with it as cause;
+//   - reads the projected token file for every request, so rotation needs
+//     no restart, and verifies the server's certificate against a CA file
+//     and the server's hostname;
+//   - serializes grants (a retry after a lost answer re-grants the operation
+//     and swaps the token) with renewals of the same lease, and never POSTs
+//     to get past a revocation: 409 revoked is final for the operation;
+//   - releases the hold first, and the mutex only after a caller-supplied
+//     step has recorded the operation's outcome (Release).
+//
+// Not guaranteed: that the work stops at the deadline. The session reports
+// the loss; stopping the work is the caller's (the CLI in package
+// deploycmd kills its child). A TTL is not an exactly-once guarantee for
+// DDL: after a loss at or after the DDL boundary a person must verify the
+// schema, and the pipeline must never reconnect to a new primary to finish.
+// The observation (Client.Observe) grants nothing.
+//
+// Secrets: the bearer token and lease tokens are never put in an error, a
+// progress line or a log.
+package deployclient

@@ -1,0 +1,298 @@
+// Package operatortest runs the real operator in the test process, for
+// tests of clients of the deployment API: the MysqlFailoverGroup controller
+// under a controller-runtime manager (simulated sites, package
+// topology/memory), and the deployment API served over TLS by a certificate
+// of a fresh CA, both against the envtest kube-apiserver of package testenv,
+// with real TokenRequest tokens. Each Operator owns two fresh namespaces and
+// reconciles only its own: several run side by side in one process.
+//
+// What is simulated, and says so: the data plane (memory.Driver moves no
+// data). Everything that touches the API server is real.
+package operatortest
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/controllers"
+	"github.com/shipstream/bloodraven/deployapi"
+	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/pki"
+	"github.com/shipstream/bloodraven/testenv"
+	"github.com/shipstream/bloodraven/topology/memory"
+)
+
+// Names of the scene.
+const (
+	GroupName      = "orders"
+	Instance       = "orders-app"
+	ServiceAccount = "deploy"
+	Audience       = "bloodraven-deploy"
+)
+
+// Options tune Start.
+type Options struct {
+	// Skew is added to the operator's clock: the server's clock runs Skew
+	// ahead of the test's.
+	Skew time.Duration
+	// Wrap, when set, wraps the deployment API's handler (to observe or
+	// drop requests).
+	Wrap func(http.Handler) http.Handler
+	// FailureDetectionSeconds of the group; default 5 (the minimum).
+	FailureDetectionSeconds int32
+}
+
+// Operator is a running in-process operator and its scene: one group with
+// sites iad and pdx (iad primary), one MysqlDatabase naming the deploy
+// ServiceAccount of ClientNamespace as its client.
+type Operator struct {
+	Env *testenv.Env
+	// URL is https://127.0.0.1:<port>, served with a certificate for
+	// 127.0.0.1 and localhost signed by the CA in CAFile.
+	URL, CAFile string
+	// Namespace holds the group and the database; ClientNamespace the
+	// deploy ServiceAccount.
+	Namespace, ClientNamespace string
+	Driver                     *memory.Driver
+	Clock                      clock.PassiveClock
+
+	t   testing.TB
+	dir string
+}
+
+// skewed is the real clock plus an offset.
+type skewed struct {
+	clock.RealClock
+	d time.Duration
+}
+
+func (c skewed) Now() time.Time                  { return c.RealClock.Now().Add(c.d) }
+func (c skewed) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+// Start brings up the scene and the operator, and waits for the group's
+// bootstrap (generation 1, iad active). Everything stops at the end of t.
+func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if opts.FailureDetectionSeconds == 0 {
+		opts.FailureDetectionSeconds = 5
+	}
+	o := &Operator{Env: env, t: t, dir: t.TempDir(), Clock: skewed{d: opts.Skew}, Driver: memory.New()}
+	o.Namespace = env.Namespace(t)
+	o.ClientNamespace = env.Namespace(t)
+
+	g := &v1.MysqlFailoverGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: GroupName, Namespace: o.Namespace},
+		Spec: v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}, {Name: "pdx"}},
+			FailureDetectionSeconds: opts.FailureDetectionSeconds},
+	}
+	must(t, env.Client.Create(ctx, g))
+	o.Driver.Seed(g, "iad")
+	must(t, env.Client.Create(ctx, &v1.MysqlDatabase{
+		ObjectMeta: metav1.ObjectMeta{Name: Instance, Namespace: o.Namespace},
+		Spec: v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: GroupName}, DatabaseName: "orders",
+			DeploymentClients: []v1.DeploymentClient{{Namespace: o.ClientNamespace, ServiceAccount: ServiceAccount}}},
+	}))
+	must(t, env.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ServiceAccount, Namespace: o.ClientNamespace}}))
+
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme: env.Scheme,
+		Cache: cache.Options{
+			DefaultNamespaces: map[string]cache.Config{o.Namespace: {}},
+			ByObject:          leasestore.CacheByObject(),
+		},
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		Logger:                 quiet(t),
+	})
+	must(t, err)
+	store := &leasestore.Store{Client: mgr.GetClient(), Cached: mgr.GetCache(), API: mgr.GetAPIReader(), Clock: o.Clock}
+	m, err := controllers.NewMetrics(prometheus.NewRegistry())
+	must(t, err)
+	r := &controllers.GroupReconciler{
+		Client: mgr.GetClient(), API: mgr.GetAPIReader(), Leases: store, Driver: o.Driver, Clock: o.Clock,
+		Recorder: mgr.GetEventRecorderFor("bloodraven"), Metrics: m, ProbeInterval: time.Second,
+	}
+	must(t, r.SetupWithManager(mgr))
+
+	api, err := deployapi.New(deployapi.Config{
+		IsLeader: func() bool { return true }, Clock: o.Clock, Kube: env.Kube, API: mgr.GetAPIReader(),
+		Leases: store, Log: quiet(t), Metrics: prometheus.NewRegistry(), Groups: mgr.GetCache(),
+	})
+	must(t, err)
+	var h http.Handler = api.Handler()
+	if opts.Wrap != nil {
+		h = opts.Wrap(h)
+	}
+	o.serve(h)
+
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Errorf("operator did not stop")
+		}
+	})
+	o.WaitGeneration(1, 30*time.Second)
+	return o
+}
+
+// quiet logs only when the test fails or -v is given.
+func quiet(t testing.TB) logr.Logger {
+	if tt, ok := t.(*testing.T); ok && testing.Verbose() {
+		return testr.New(tt)
+	}
+	return logr.Discard()
+}
+
+func (o *Operator) serve(h http.Handler) {
+	t := o.t
+	ca, err := pki.NewCA("operatortest CA", time.Now(), 24*time.Hour)
+	must(t, err)
+	pair, err := ca.Issue("bloodraven", []string{"127.0.0.1", "localhost"}, time.Now(), 24*time.Hour)
+	must(t, err)
+	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+	must(t, err)
+	o.CAFile = filepath.Join(o.dir, "ca.crt")
+	must(t, os.WriteFile(o.CAFile, ca.CertPEM, 0o644))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	srv := &http.Server{Handler: h, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	t.Cleanup(func() { _ = srv.Close() })
+	o.URL = "https://" + ln.Addr().String()
+}
+
+// Token is a real TokenRequest token of the deploy ServiceAccount for the
+// deployment API's audience, bound to a fresh Secret: deleting that Secret
+// (Unbind) invalidates this token alone.
+func (o *Operator) Token() (token, secret string) {
+	o.t.Helper()
+	ctx := context.Background()
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{GenerateName: "token-binding-", Namespace: o.ClientNamespace}}
+	must(o.t, o.Env.Client.Create(ctx, sec))
+	tr, err := o.Env.Kube.CoreV1().ServiceAccounts(o.ClientNamespace).CreateToken(ctx, ServiceAccount, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			Audiences: []string{Audience}, ExpirationSeconds: ptr.To[int64](3600),
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: sec.Name, UID: sec.UID},
+		},
+	}, metav1.CreateOptions{})
+	must(o.t, err)
+	return tr.Status.Token, sec.Name
+}
+
+// Unbind deletes a token's binding Secret: the API server stops accepting
+// that token.
+func (o *Operator) Unbind(secret string) {
+	o.t.Helper()
+	must(o.t, client.IgnoreNotFound(o.Env.Client.Delete(context.Background(),
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret, Namespace: o.ClientNamespace}})))
+}
+
+var tokenFiles atomic.Int64
+
+// TokenFile writes a fresh token to a new file and returns its path.
+func (o *Operator) TokenFile() string {
+	o.t.Helper()
+	tok, _ := o.Token()
+	path := filepath.Join(o.dir, fmt.Sprintf("token-%d", tokenFiles.Add(1)))
+	must(o.t, os.WriteFile(path, []byte(tok), 0o600))
+	return path
+}
+
+// Group reads the group.
+func (o *Operator) Group() *v1.MysqlFailoverGroup {
+	o.t.Helper()
+	g := &v1.MysqlFailoverGroup{}
+	must(o.t, o.Env.Client.Get(context.Background(), client.ObjectKey{Namespace: o.Namespace, Name: GroupName}, g))
+	return g
+}
+
+// WaitGeneration waits until the group's topology generation is gen.
+func (o *Operator) WaitGeneration(gen int64, timeout time.Duration) *v1.MysqlFailoverGroup {
+	o.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		g := o.Group()
+		if g.Status.TopologyGeneration == gen {
+			return g
+		}
+		if time.Now().After(deadline) {
+			o.t.Fatalf("topology generation is %d after %s, want %d (status %+v)", g.Status.TopologyGeneration, timeout, gen, g.Status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// KillPrimary makes the active site unreachable: after the group's
+// detection budget the controller fails over to the other site, bumps the
+// generation and revokes every lease (topology_changed).
+func (o *Operator) KillPrimary() {
+	o.t.Helper()
+	g := o.Group()
+	o.Driver.Kill(g, g.Status.ActiveSite)
+}
+
+// RevokeAll sets the revoke annotation, as an administrator would.
+func (o *Operator) RevokeAll() {
+	o.t.Helper()
+	g := o.Group()
+	patch := client.MergeFrom(g.DeepCopy())
+	if g.Annotations == nil {
+		g.Annotations = map[string]string{}
+	}
+	g.Annotations[v1.RevokeDeploymentLeasesAnnotation] = "true"
+	must(o.t, o.Env.Client.Patch(context.Background(), g, patch))
+}
+
+// SetTransition writes an unconfirmed transition into the group's status,
+// as the operator does before it promotes: from then on every grant and
+// renewal answers 423 unstable. The controller acts on it (it resumes or
+// rolls the transition back), so the scene's sites are made unreachable
+// first: the controller can then only wait, and the 423s last.
+func (o *Operator) SetTransition() {
+	o.t.Helper()
+	g := o.Group()
+	for _, s := range g.Spec.Sites {
+		o.Driver.Kill(g, s.Name)
+	}
+	g.Status.Transition = &v1.TopologyTransition{Operation: "PlannedFailover", TargetSite: "pdx",
+		Generation: g.Status.TopologyGeneration + 1, StartedAt: metav1.Now()}
+	must(o.t, o.Env.Client.Status().Update(context.Background(), g))
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
