@@ -1,5 +1,6 @@
 // Command bloodraven is the operator: the MysqlFailoverGroup controllers, the
-// validating webhooks and the optional deployment API, in one process.
+// validating webhooks and the optional deployment API, in one process. As
+// `bloodraven deploy ...` it is the pipeline's client (package deploycmd).
 package main
 
 import (
@@ -29,6 +30,7 @@ import (
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/controllers"
 	"github.com/shipstream/bloodraven/deployapi"
+	"github.com/shipstream/bloodraven/deployclient/deploycmd"
 	"github.com/shipstream/bloodraven/leasestore"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 	"github.com/shipstream/bloodraven/server"
@@ -53,6 +55,9 @@ var version = "dev"
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "deploy" {
+		os.Exit(deploycmd.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr, os.Getenv))
+	}
 	if err := run(); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)

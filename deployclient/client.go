@@ -166,7 +166,7 @@ func (e *APIError) Is(target error) bool {
 func Transient(err error) bool {
 	var ae *APIError
 	if !errors.As(err, &ae) {
-		return err != nil && !errors.Is(err, context.Canceled)
+		return err != nil && !errors.Is(err, context.Canceled) && !untrusted(err)
 	}
 	switch {
 	case ae.Status == http.StatusLocked, ae.Status == http.StatusTooManyRequests,
@@ -174,6 +174,16 @@ func Transient(err error) bool {
 		return true
 	}
 	return false
+}
+
+// untrusted reports a server certificate that failed verification: that does
+// not go away by asking again.
+func untrusted(err error) bool {
+	var cv *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	return errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci)
 }
 
 // Lease is a grant's or renewal's answer.

@@ -296,3 +296,11 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+// NewCA returns the PEM of a fresh CA that signed nothing.
+func NewCA(t testing.TB) []byte {
+	t.Helper()
+	ca, err := pki.NewCA("foreign CA", time.Now(), time.Hour)
+	must(t, err)
+	return ca.CertPEM
+}

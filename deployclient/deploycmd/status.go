@@ -1,0 +1,80 @@
+package deploycmd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+)
+
+func statusCmd(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	var conn connFlags
+	var group, output string
+	fs := flag.NewFlagSet("bloodraven deploy status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	conn.register(fs, getenv)
+	fs.StringVar(&group, "group", "", "MysqlFailoverGroup name (required)")
+	fs.StringVar(&output, "o", "table", "output: table or json")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	if group == "" || fs.NArg() > 0 || (output != "table" && output != "json") {
+		fmt.Fprintln(stderr, "usage: bloodraven deploy status --group G [-o table|json]")
+		return ExitUsage
+	}
+	client, err := conn.client()
+	if err != nil {
+		fmt.Fprintf(stderr, "bloodraven deploy: %v\n", err)
+		return ExitUsage
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	g, err := client.Observe(ctx, group)
+	if err != nil {
+		fmt.Fprintf(stderr, "bloodraven deploy: GET group %s: %v\n", group, err)
+		return 1
+	}
+	if output == "json" {
+		b, _ := json.MarshalIndent(g, "", "  ")
+		fmt.Fprintln(stdout, string(b))
+		return ExitOK
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	fmt.Fprintln(w, "GROUP\tNAMESPACE\tACTIVE SITE\tGENERATION\tSTABLE\tUNSTABLE REASON")
+	fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%t\t%s\n", g.Group, g.Namespace, dash(g.ActiveSite), g.TopologyGeneration, g.Stable, dash(g.UnstableReason))
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "READY\tREPLICATION\tLAG\tDEGRADED\tRECOVERY PENDING")
+	fmt.Fprintf(w, "%t\t%t\t%ss\t%s\t%t\n", g.Health.Ready, g.Health.ReplicationRunning,
+		strconv.FormatFloat(g.Health.ReplicationLagSeconds, 'f', -1, 64), dash(g.Health.DegradedReason), g.Health.RecoveryPending)
+	fmt.Fprintln(w)
+	op := g.Operations
+	fmt.Fprintln(w, "PLANNED FAILOVER\tREASON\tUPDATE\tRESTORE IN PLACE\tDRAGONFLY UPGRADE")
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", dash(op.PlannedFailover.Phase), dash(op.PlannedFailover.Reason), dash(op.UpdatePhase), dash(op.RestoreInPlace), dash(op.DragonflyUpgrade))
+	fmt.Fprintln(w)
+	if len(g.Leases) == 0 {
+		fmt.Fprintln(w, "no live leases")
+	} else {
+		fmt.Fprintln(w, "KIND\tOPERATION\tINSTANCE\tEXPIRES\tGENERATION")
+		for _, l := range g.Leases {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\n", l.Kind, l.OperationID, l.Instance, l.ExpiresAt, l.TopologyGeneration)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return 1
+	}
+	return ExitOK
+}
