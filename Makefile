@@ -105,7 +105,7 @@ lint: ## gofmt and go vet.
 	$(GO) vet ./...
 
 FUZZTIME ?= 10s
-FUZZ_TARGETS := deployapi:FuzzDecodeGrant deployapi:FuzzDecodeRenew
+FUZZ_TARGETS := deployapi:FuzzDecodeGrant deployapi:FuzzDecodeRenew deployclient:FuzzDecodeAnswer
 
 .PHONY: test
 test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) mariadb lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, then a short fuzz run of the decoders.
@@ -113,7 +113,7 @@ test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) mariadb lint ## Lint, every u
 	@$(MAKE) --no-print-directory fuzz
 
 .PHONY: fuzz
-fuzz: ## Fuzz the request decoders for FUZZTIME each (default 10s).
+fuzz: ## Fuzz the request decoders and the client's answer decoder for FUZZTIME each (default 10s).
 	@# A failing input is always written to <pkg>/testdata/fuzz and fails the
 	@# run; an engine failure without one (a worker lost under load) is
 	@# retried once.

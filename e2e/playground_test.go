@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -192,6 +193,39 @@ func TestPlaygroundComesUpAsDocumented(t *testing.T) {
 		}
 	})
 
+	t.Run("the README's bloodraven deploy commands work with only the flags it shows", func(t *testing.T) {
+		// The commands are read from the README and pointed at this
+		// playground's state directory, port and binary.
+		_, port, _ := net.SplitHostPort(cfg.TLSAddr)
+		cmds := readmeDeployCommands(t, root)
+		if len(cmds) != 2 {
+			t.Fatalf("README shows %d bloodraven deploy commands, want run and status: %q", len(cmds), cmds)
+		}
+		for _, c := range cmds {
+			c = strings.NewReplacer("bin/bloodraven", cfg.OperatorBinary, ".dev/", cfg.StateDir+"/",
+				"https://localhost:8443", "https://localhost:"+port).Replace(c)
+			cmd := exec.Command("sh", "-c", c)
+			cmd.Dir = root
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", c, err, stdout.String(), stderr.String())
+			}
+			t.Logf("$ %s\n%s%s", c, stdout.String(), stderr.String())
+			switch {
+			case strings.Contains(c, " run "):
+				if !strings.Contains(stdout.String(), "migrating under generation 1") ||
+					!strings.Contains(stderr.String(), "the failover-hold and the migration mutex are released") {
+					t.Fatal("the run did not hold the leases around the command and release them")
+				}
+			case strings.Contains(c, " status "):
+				if !strings.Contains(stdout.String(), "playground") || !strings.Contains(stdout.String(), "no live leases") {
+					t.Fatal("status does not show the group without leases")
+				}
+			}
+		}
+	})
+
 	t.Run("the operator runs as its own ServiceAccount, not as cluster-admin", func(t *testing.T) {
 		rc, err := clientcmd.BuildConfigFromFlags("", p.Paths.OperatorKubeconfig)
 		if err != nil {
@@ -264,4 +298,28 @@ func TestPlaygroundComesUpAsDocumented(t *testing.T) {
 			t.Fatal("API server still answers after Down")
 		}
 	})
+}
+
+// readmeDeployCommands returns the README's `bin/bloodraven deploy`
+// command lines, continuation lines joined.
+func readmeDeployCommands(t *testing.T, root string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	lines := strings.Split(string(b), "\n")
+	for i := 0; i < len(lines); i++ {
+		if !strings.HasPrefix(lines[i], "bin/bloodraven deploy ") {
+			continue
+		}
+		c := lines[i]
+		for strings.HasSuffix(c, "\\") && i+1 < len(lines) {
+			i++
+			c = strings.TrimSuffix(c, "\\") + " " + strings.TrimSpace(lines[i])
+		}
+		out = append(out, c)
+	}
+	return out
 }

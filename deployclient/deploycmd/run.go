@@ -119,7 +119,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv fun
 		return ExitNotAcquired
 	}
 	logf("holding the migration mutex and the failover-hold of group %s (operation %s, topology generation %d, ttl %s, renewed every %s)",
-		f.group, f.operationID, sess.Generation(), sess.TTL(), sess.TTL()/3)
+		f.group, f.operationID, sess.Generation(), sess.TTL(), (sess.TTL() / 3).Round(100*time.Millisecond))
 
 	r := &runner{f: f, sess: sess, logf: logf, stdout: stdout, stderr: stderr}
 	return r.run(command, stdin, stdout, stderr, sigs)

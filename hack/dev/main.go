@@ -78,6 +78,8 @@ Paste into another terminal:
   kubectl get mysqldatabases -n %s
   curl -s http://localhost:8082/status
   curl -s --cacert %s -H "Authorization: Bearer $(cat %s)" https://localhost:8443/deploy/v1/groups/%s
+  bloodraven deploy run --server https://localhost:8443 --ca %s --token-file %s \
+    --group %s --instance %s -- sh -c 'echo "migrating under generation $BLOODRAVEN_TOPOLOGY_GENERATION"'
   kubectl -n %s patch mfg %s --type=merge -p '{"spec":{"plannedFailover":{"id":"req-1","targetSite":"pdx"}}}'
   mariadb -S %s -e 'SELECT * FROM bloodraven.fence'
 
@@ -89,6 +91,7 @@ Ctrl-C stops everything this command started.
 		p.Kubeconfig, filepath.Join(root, "bin"),
 		devenv.PlaygroundNamespace,
 		p.CACert, p.DeployToken, devenv.GroupName,
+		p.CACert, p.DeployToken, devenv.GroupName, devenv.DatabaseName,
 		devenv.PlaygroundNamespace, devenv.GroupName,
 		filepath.Join(root, ".dev", "mysql", "pdx", "mariadbd.sock"))
 }
