@@ -28,6 +28,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -285,9 +286,13 @@ func (o *Operator) SetTransition() {
 	for _, s := range g.Spec.Sites {
 		o.Driver.Kill(g, s.Name)
 	}
-	g.Status.Transition = &v1.TopologyTransition{Operation: "PlannedFailover", TargetSite: "pdx",
-		Generation: g.Status.TopologyGeneration + 1, StartedAt: metav1.Now()}
-	must(o.t, o.Env.Client.Status().Update(context.Background(), g))
+	// The controller writes the status too: retry on a conflict.
+	must(o.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		g := o.Group()
+		g.Status.Transition = &v1.TopologyTransition{Operation: "PlannedFailover", TargetSite: "pdx",
+			Generation: g.Status.TopologyGeneration + 1, StartedAt: metav1.Now()}
+		return o.Env.Client.Status().Update(context.Background(), g)
+	}))
 }
 
 func must(t testing.TB, err error) {
