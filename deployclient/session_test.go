@@ -121,6 +121,12 @@ func (s *scene) acquire(op string, ttl time.Duration) *deployclient.Session {
 	return sess
 }
 
+// leaseOf is "kind/operationId" of a lease path.
+func leaseOf(path string) string {
+	parts := strings.Split(path, "/")
+	return strings.Join(parts[len(parts)-2:], "/")
+}
+
 // waitLost waits for the session's loss and returns it.
 func waitLost(t *testing.T, sess *deployclient.Session, within time.Duration) *deployclient.LostError {
 	t.Helper()
@@ -158,14 +164,28 @@ func TestSuccessReleasesTheHoldThenRecordsThenReleasesTheMutex(t *testing.T) {
 	if sess.Generation() != 1 {
 		t.Fatalf("grant generation %d, want 1", sess.Generation())
 	}
-	// Renewals run while the work runs: over 4 s at ttl 6 s, at least two
-	// renewals of each lease.
-	time.Sleep(4 * time.Second)
+	// Renewals run while the work runs: wait for two of each.
+	renewals := func() map[string]int {
+		n := map[string]int{}
+		for _, c := range s.rec.all() {
+			if c.method == http.MethodPut && c.status == 200 {
+				n[leaseOf(c.path)]++
+			}
+		}
+		return n
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for n := renewals(); n["migration/op-ok"] < 2 || n["failover-hold/op-ok"] < 2; n = renewals() {
+		if time.Now().After(deadline) {
+			t.Fatalf("renewals %v after 30 s at ttl 6 s, want at least 2 of each", n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	var order []string
 	recorded := func(context.Context) error {
 		for _, c := range s.rec.all() {
 			if c.method == http.MethodDelete {
-				order = append(order, "DELETE "+c.path[strings.LastIndex(c.path[:strings.LastIndex(c.path, "/")], "/")+1:])
+				order = append(order, "DELETE "+leaseOf(c.path))
 			}
 		}
 		order = append(order, "recorded")
@@ -180,29 +200,26 @@ func TestSuccessReleasesTheHoldThenRecordsThenReleasesTheMutex(t *testing.T) {
 	if sess.Err() != nil {
 		t.Fatalf("Err() after a release = %v", sess.Err())
 	}
-	renewals := map[string]int{}
+	// Every DELETE in order, the outcome step where it ran: the DELETEs
+	// seen by the step, then those after it.
+	var all []string
 	for _, c := range s.rec.all() {
-		if c.method == http.MethodPut && c.status == 200 {
-			renewals[c.path[strings.LastIndex(c.path[:strings.LastIndex(c.path, "/")], "/")+1:]]++
-		}
-		if c.method == http.MethodDelete && c.status != http.StatusNoContent {
-			t.Errorf("%s %s answered %d", c.method, c.path, c.status)
-		}
 		if c.method == http.MethodDelete {
-			order = append(order, "DELETE "+c.path[strings.LastIndex(c.path[:strings.LastIndex(c.path, "/")], "/")+1:])
+			if c.status != http.StatusNoContent {
+				t.Errorf("%s %s answered %d", c.method, c.path, c.status)
+			}
+			all = append(all, "DELETE "+leaseOf(c.path))
 		}
 	}
-	want := []string{"DELETE failover-hold/op-ok", "recorded", "DELETE failover-hold/op-ok", "DELETE migration/op-ok"}
-	if strings.Join(order, ", ") != strings.Join(want, ", ") {
-		t.Fatalf("release order %v, want %v", order, want)
+	got := append(order, all[len(order)-1:]...)
+	want := []string{"DELETE failover-hold/op-ok", "recorded", "DELETE migration/op-ok"}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Fatalf("release order %v, want %v", got, want)
 	}
-	if renewals["migration/op-ok"] < 2 || renewals["failover-hold/op-ok"] < 2 {
-		t.Fatalf("renewals %v, want at least 2 of each in 4 s at ttl 6 s", renewals)
-	}
+	t.Logf("renewals before the release: %v", renewals())
 	if got := s.liveLeases(); got != 0 {
 		t.Fatalf("%d live leases after Release, want 0", got)
 	}
-	t.Logf("renewals in 4 s at ttl 6 s: %v", renewals)
 }
 
 func TestAFailedOutcomeRecordKeepsTheMutexUntilItLapses(t *testing.T) {
