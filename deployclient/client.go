@@ -308,6 +308,10 @@ func leasePath(group, kind, op string) string {
 func ReadToken(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
+		if looksLikeAToken(path) {
+			// A token given where its file belongs: never echo it.
+			return "", errors.New("token file: the value given is not a readable file (it looks like a token itself, not shown); give the token's path")
+		}
 		return "", fmt.Errorf("token file: %w", err)
 	}
 	tok := strings.TrimSpace(string(b))
@@ -315,6 +319,12 @@ func ReadToken(path string) (string, error) {
 		return "", fmt.Errorf("token file %s is empty", path)
 	}
 	return tok, nil
+}
+
+// looksLikeAToken: long and without a slash, like a JWT or a lease token
+// rather than a file name.
+func looksLikeAToken(path string) bool {
+	return len(path) > 40 && !strings.ContainsRune(path, '/')
 }
 
 // maxResponse bounds what the client reads of an answer.

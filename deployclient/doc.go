@@ -15,7 +15,9 @@
 //     stretch it;
 //   - treats 423 unstable (and 503, 429, 401, a transport error) as "not
 //     renewed": it keeps asking inside the confirmed deadline and declares
-//     the lease lost when the deadline passes;
+//     the lease lost when the deadline passes, or SessionConfig.Margin
+//     before it, so that a caller can have its work stopped by the
+//     deadline; Held says whether both leases are held at this instant;
 //   - declares the lease lost at once on 404 not_found, 409 revoked (with
 //     its reason), 403 token_mismatch or forbidden, and on a renewal whose
 //     topologyGeneration differs from the grant's. The loss is reported
@@ -28,7 +30,10 @@
 //     and swaps the token) with renewals of the same lease, and never POSTs
 //     to get past a revocation: 409 revoked is final for the operation;
 //   - releases the hold first, and the mutex only after a caller-supplied
-//     step has recorded the operation's outcome (Release).
+//     step has recorded the operation's outcome (Release);
+//   - leaves nothing held when Acquire fails: a granted lease is released,
+//     and a grant whose answer was lost is re-granted once to learn its
+//     token and released.
 //
 // Not guaranteed: that the work stops at the deadline. The session reports
 // the loss; stopping the work is the caller's (the CLI in package

@@ -37,6 +37,11 @@ type SessionConfig struct {
 	// Progress receives lines a person can act on (waiting for a holder,
 	// retrying a refusal). Optional.
 	Progress func(msg string)
+	// Margin declares a lease lost this long before its confirmed deadline
+	// rather than at it, so that the work can be stopped by the deadline
+	// (the CLI sets it to its SIGTERM-to-SIGKILL grace). It is capped at a
+	// third of the granted ttl, the renewal interval. Default 0.
+	Margin time.Duration
 }
 
 // Cause says why a lease was lost.
@@ -78,7 +83,7 @@ type LostError struct {
 	Generation      int64
 	GrantGeneration int64
 	// Deadline is the last confirmed deadline of the lease, on the client's
-	// clock.
+	// clock. A loss for lack of confirmation is declared Margin before it.
 	Deadline time.Time
 	// Err is the last answer or transport error, if any.
 	Err error
@@ -110,6 +115,10 @@ func (e *LostError) Unwrap() error { return e.Err }
 
 // ErrReleased is the cause of a session's context after Release.
 var ErrReleased = errors.New("deployclient: the session was released")
+
+// ErrNotRecorded is in Release's error when the outcome step failed and the
+// migration mutex was therefore left to lapse.
+var ErrNotRecorded = errors.New("the outcome was not recorded, so the migration mutex is not released (it lapses at its ttl)")
 
 // AcquireError is a failure to take the leases.
 type AcquireError struct {
@@ -158,6 +167,9 @@ type lease struct {
 	sent     time.Time // when the last confirmed request was sent
 	deadline time.Time
 	released bool
+	// ambiguous: the last grant attempt got no answer; the server may have
+	// granted the lease.
+	ambiguous bool
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -177,10 +189,17 @@ func (l *lease) confirm(token string, sent time.Time, ttl time.Duration) {
 	if token != "" {
 		l.token = token
 	}
-	l.ttl, l.sent = ttl, sent
-	if d := sent.Add(ttl); d.After(l.deadline) {
-		l.deadline = d
-	}
+	// Requests of one lease are serialized, so sent only moves forward; and
+	// the server's expiry is now sent + the answered ttl, even if that ttl
+	// is shorter than the last one.
+	l.ttl, l.sent, l.deadline = ttl, sent, sent.Add(ttl)
+}
+
+// lossAt is when the lease counts as lost without a new confirmation: the
+// deadline, less the session's margin (at most ttl/3).
+func (s *Session) lossAt(l *lease) time.Time {
+	_, ttl, _, deadline := l.snapshot()
+	return deadline.Add(-min(s.cfg.Margin, ttl/3))
 }
 
 // Acquire takes the migration lease, then the failover-hold, and starts
@@ -202,30 +221,80 @@ func Acquire(ctx context.Context, cfg SessionConfig) (*Session, error) {
 	s.ctx, s.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	limit := s.clk.Now().Add(cfg.Wait)
 
-	g, err := s.grant(ctx, s.mig, limit)
-	if err != nil {
+	cleanup := func(err error) (*Session, error) {
+		// Nothing may be left held: release what was granted, and what an
+		// unanswered grant may have granted; end the session.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		s.forget(rctx, s.hold)
+		s.forget(rctx, s.mig)
 		s.cancel(err)
 		return nil, err
+	}
+	g, err := s.grant(ctx, s.mig, limit)
+	if err != nil {
+		return cleanup(err)
 	}
 	s.generation = g.TopologyGeneration
 	s.startHeartbeat(s.mig)
 
-	h, err := s.grant(ctx, s.hold, limit)
-	if err == nil && h.TopologyGeneration != s.generation {
+	// The hold is asked for under the session too: a lost migration ends
+	// the attempt.
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.ctx, cancel)()
+	h, err := s.grant(hctx, s.hold, limit)
+	switch {
+	case err != nil && s.Err() != nil:
+		err = &AcquireError{Kind: KindFailoverHold, Err: s.Err()}
+	case err == nil && h.TopologyGeneration != s.generation:
 		err = &AcquireError{Kind: KindFailoverHold, Err: fmt.Errorf("the hold was granted under topology generation %d, the migration under %d: the primary moved", h.TopologyGeneration, s.generation)}
+	case err == nil && !s.Held():
+		// The migration was lost, or came too close to its deadline, while
+		// the hold was asked for: the session would start already lost.
+		lost := s.Err()
+		if lost == nil {
+			lost = fmt.Errorf("the migration lease was not confirmed in time while the hold was asked for")
+		}
+		err = &AcquireError{Kind: KindFailoverHold, Err: lost}
 	}
 	if err != nil {
-		// Nothing may be left held: release both (the hold may have been
-		// granted), and end the session.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = s.release(rctx, s.hold)
-		_ = s.release(rctx, s.mig)
-		s.cancel(err)
-		return nil, err
+		return cleanup(err)
 	}
 	s.startHeartbeat(s.hold)
 	return s, nil
+}
+
+// Held reports whether both leases are held now: neither was lost, and
+// neither is past its confirmed deadline (less the margin). Check it when
+// the work ends: a loss at that very moment may not have been reported yet.
+func (s *Session) Held() bool {
+	if s.Err() != nil {
+		return false
+	}
+	now := s.clk.Now()
+	for _, l := range []*lease{s.mig, s.hold} {
+		if token, _, _, _ := l.snapshot(); token == "" || !now.Before(s.lossAt(l)) {
+			return false
+		}
+	}
+	return true
+}
+
+// forget releases l if it was granted; if its last grant went unanswered
+// (the server may have granted it), it re-grants the operation to learn a
+// token and releases that. A lease left behind would block every other
+// operation until its ttl. Best effort: errors are not reported.
+func (s *Session) forget(ctx context.Context, l *lease) {
+	l.mu.Lock()
+	ambiguous, token := l.ambiguous, l.token
+	l.mu.Unlock()
+	if token == "" && ambiguous {
+		if g, err := s.cfg.Client.Grant(ctx, s.cfg.Group, GrantRequest{Kind: l.kind, OperationID: s.cfg.OperationID, Instance: s.cfg.Instance, TTLSeconds: 5}); err == nil {
+			l.confirm(g.Token, s.clk.Now(), time.Duration(g.TTLSeconds)*time.Second)
+		}
+	}
+	_ = s.release(ctx, l)
 }
 
 // Generation is the topology generation both leases were granted under.
@@ -293,6 +362,10 @@ func (s *Session) grant(ctx context.Context, l *lease, limit time.Time) (*Grant,
 	for attempt := 1; ; attempt++ {
 		sent := s.clk.Now()
 		g, err := s.cfg.Client.Grant(ctx, s.cfg.Group, GrantRequest{Kind: l.kind, OperationID: s.cfg.OperationID, Instance: s.cfg.Instance, TTLSeconds: ttlSeconds})
+		var answered *APIError
+		l.mu.Lock()
+		l.ambiguous = err != nil && !errors.As(err, &answered)
+		l.mu.Unlock()
 		if err == nil {
 			l.confirm(g.Token, sent, time.Duration(g.TTLSeconds)*time.Second)
 			return g, nil
@@ -396,26 +469,27 @@ func (s *Session) heartbeat(ctx context.Context, l *lease) {
 	var last error
 	for {
 		_, ttl, _, deadline := l.snapshot()
+		lossAt := s.lossAt(l)
 		wake := next
-		if deadline.Before(wake) {
-			wake = deadline
+		if lossAt.Before(wake) {
+			wake = lossAt
 		}
 		if !s.sleep(ctx, wake.Sub(s.clk.Now())) {
 			return
 		}
 		now := s.clk.Now()
-		if !now.Before(deadline) {
+		if !now.Before(lossAt) {
 			s.lose(&LostError{Kind: l.kind, Cause: CauseDeadlinePassed, GrantGeneration: s.generation, Deadline: deadline, Err: last})
 			return
 		}
 		if now.Before(next) {
 			continue
 		}
-		ans, err := s.renewOnce(ctx, l, now, deadline)
+		ans, err := s.renewOnce(ctx, l, now, lossAt)
 		if ctx.Err() != nil {
 			return // released or lost meanwhile
 		}
-		if !s.clk.Now().Before(deadline) {
+		if !s.clk.Now().Before(lossAt) {
 			// The answer came after the deadline: whatever it says, the
 			// work ran unconfirmed for a moment. That is a loss.
 			if err == nil {
@@ -452,7 +526,7 @@ func (s *Session) heartbeat(ctx context.Context, l *lease) {
 	}
 }
 
-// renewOnce sends one renewal, cut off at the deadline.
+// renewOnce sends one renewal, cut off at the deadline (less the margin).
 func (s *Session) renewOnce(ctx context.Context, l *lease, now, deadline time.Time) (*Lease, error) {
 	l.op.Lock()
 	defer l.op.Unlock()
@@ -505,7 +579,7 @@ func (s *Session) Release(ctx context.Context, recorded func(context.Context) er
 		if err := recorded(ctx); err != nil {
 			s.stopHeartbeat(s.mig)
 			s.cancel(ErrReleased)
-			return errors.Join(append(errs, fmt.Errorf("the outcome was not recorded, so the migration mutex is not released (it lapses at its ttl): %w", err))...)
+			return errors.Join(append(errs, fmt.Errorf("%w: %w", ErrNotRecorded, err))...)
 		}
 	}
 	if err := s.release(ctx, s.mig); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -436,8 +437,10 @@ func TestASecondSessionWaitsForTheFirstThenProceeds(t *testing.T) {
 	_ = r.sess.Release(context.Background(), nil)
 }
 
-func TestALostGrantAnswerIsReGrantedAndTheNewTokenUsed(t *testing.T) {
-	t.Parallel()
+// firstGrantUnanswered is an operator whose first grant is carried out but
+// never answered (the connection is cut), and a client for it.
+func firstGrantUnanswered(t *testing.T) (*recorder, *deployclient.Client) {
+	t.Helper()
 	rec := &recorder{}
 	dropped := 0
 	rec.drop = func(r *http.Request) bool {
@@ -452,6 +455,12 @@ func TestALostGrantAnswerIsReGrantedAndTheNewTokenUsed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rec, c
+}
+
+func TestALostGrantAnswerIsReGrantedAndTheNewTokenUsed(t *testing.T) {
+	t.Parallel()
+	rec, c := firstGrantUnanswered(t)
 	sess, err := deployclient.Acquire(context.Background(), deployclient.SessionConfig{Client: c, Group: operatortest.GroupName,
 		Instance: operatortest.Instance, OperationID: "op-lost-answer", TTL: 5 * time.Second, Wait: 10 * time.Second})
 	if err != nil {
@@ -480,5 +489,34 @@ func TestALostGrantAnswerIsReGrantedAndTheNewTokenUsed(t *testing.T) {
 	}
 	if err := sess.Release(context.Background(), nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestAnAcquisitionThatGivesUpLeavesNothingHeld(t *testing.T) {
+	t.Parallel()
+	rec, c := firstGrantUnanswered(t)
+	// No waiting: the unanswered grant is the only attempt. The server did
+	// grant it; the client must not leave it blocking the group.
+	_, err := deployclient.Acquire(context.Background(), deployclient.SessionConfig{Client: c, Group: operatortest.GroupName,
+		Instance: operatortest.Instance, OperationID: "op-gave-up", TTL: 30 * time.Second})
+	var acq *deployclient.AcquireError
+	if !errors.As(err, &acq) {
+		t.Fatalf("Acquire = %v, want an AcquireError", err)
+	}
+	g, err := c.Observe(context.Background(), operatortest.GroupName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Leases) != 0 {
+		t.Fatalf("leases %+v left held after a failed acquisition", g.Leases)
+	}
+	var got []string
+	for _, c := range rec.all() {
+		if c.method != http.MethodGet {
+			got = append(got, fmt.Sprintf("%s %d", c.method, c.status))
+		}
+	}
+	if strings.Join(got, ", ") != "POST -1, POST 200, DELETE 204" {
+		t.Fatalf("requests %v, want the unanswered grant, a re-grant for its token and the release", got)
 	}
 }

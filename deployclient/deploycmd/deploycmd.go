@@ -41,6 +41,10 @@ const (
 	// ExitAbortFailed: authority was lost before the DDL boundary and the
 	// --on-abort command failed.
 	ExitAbortFailed = 6
+	// ExitNotRecorded: the command ended (succeeded or failed) but its
+	// outcome could not be written to --outcome-file, so the migration
+	// mutex was left to lapse at its ttl. (After a loss, codes 4-6 win.)
+	ExitNotRecorded = 7
 )
 
 // Environment of the CLI: defaults for its flags.
@@ -189,6 +193,8 @@ func explain(err error, group, instance, op, tokenFile string, wait time.Duratio
 		return fmt.Sprintf("%v: is the deployment API reachable at the --server URL, and does --ca name its CA?", err)
 	}
 	switch {
+	case ae.Code == deployclient.CodeHeld && ae.Holder == nil:
+		return fmt.Sprintf("the migration mutex of group %s is held by another operation (the answer did not say which)", group)
 	case ae.Code == deployclient.CodeHeld && acq != nil && acq.WaitedOut:
 		return fmt.Sprintf("the migration mutex of group %s is still held by operation %s (instance %s, until %s) after waiting %s: raise --wait, or ask the holder's owner",
 			group, ae.Holder.OperationID, ae.Holder.Instance, ae.Holder.ExpiresAt, wait)

@@ -14,10 +14,15 @@
 //
 // Guarantees:
 //   - COMMAND starts only once both leases are held, in its own process
-//     group.
+//     group, with SIGKILL as its parent-death signal: a run killed outright
+//     takes COMMAND with it.
 //   - When either lease is lost (revoked, expired, token refused, a new
-//     topology generation, or no renewal confirmed before the deadline)
-//     COMMAND's process group gets SIGTERM, then SIGKILL after --grace.
+//     topology generation, or no renewal confirmed --grace before the
+//     deadline) COMMAND's process group gets SIGTERM, then SIGKILL after
+//     --grace: it is gone by the lease's confirmed deadline. --grace is at
+//     most ttl/3 (default ttl/3, at most 10 s).
+//   - Whatever COMMAND left running in its group is stopped the same way
+//     before any lease is released.
 //     Then the hold is released; before the DDL boundary the --on-abort
 //     command runs (it gets BLOODRAVEN_LOST_CAUSE and the grant's
 //     generation, to fence its own writes); at or after it, the run exits 5
@@ -27,7 +32,8 @@
 //     written the mutex is left to lapse at its ttl.
 //   - Exit codes are distinct: 0 success, 1 COMMAND failed, 2 usage,
 //     3 could not acquire, 4 lost before the DDL boundary, 5 lost at or
-//     after it, 6 lost before it and --on-abort failed.
+//     after it, 6 lost before it and --on-abort failed, 7 the outcome could
+//     not be written (the mutex is left to lapse).
 //   - Nothing secret is printed: not the bearer token, not a lease token.
 //
 // Not guaranteed: that COMMAND wrote nothing after the loss. Signals take

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -62,7 +63,7 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv fun
 	fs.IntVar(&f.ttl, "ttl", 30, "lease ttl in seconds; the server clamps it to [5, 120]; renewed every ttl/3")
 	fs.StringVar(&f.onAbort, "on-abort", "", "shell command run (sh -c) when authority is lost before the DDL boundary: the application's fenced abort")
 	fs.DurationVar(&f.wait, "wait", 5*time.Minute, "how long to wait for a held mutex (and transient refusals) before giving up with exit 3")
-	fs.DurationVar(&f.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has to exit before SIGKILL")
+	fs.DurationVar(&f.grace, "grace", 0, "time from SIGTERM to SIGKILL when the command is stopped; the stop starts this long before the lease's deadline, so the command is gone by then; at most ttl/3 (default ttl/3, at most 10s)")
 	fs.StringVar(&f.outcomeFile, "outcome-file", "", "file the outcome is written to (JSON, synced) before the migration mutex is released; when it cannot be written the mutex is left to lapse")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -83,6 +84,16 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv fun
 		logf("--ttl must be a positive number of seconds")
 		return ExitUsage
 	}
+	// The server clamps the ttl to [5, 120]; the grace must fit in a
+	// renewal interval, or a healthy run would be stopped.
+	interval := time.Duration(min(max(f.ttl, 5), 120)) * time.Second / 3
+	switch {
+	case f.grace < 0 || f.grace > interval:
+		logf("--grace %s must be between 0 and ttl/3 (%s): the command is stopped that long before the lease's deadline", f.grace, interval.Round(100*time.Millisecond))
+		return ExitUsage
+	case f.grace == 0:
+		f.grace = min(10*time.Second, interval)
+	}
 	if f.operationID == "" {
 		f.operationID = newOperationID()
 	}
@@ -93,15 +104,18 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv fun
 	}
 
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 	actx, cancelAcquire := context.WithCancel(context.Background())
 	defer cancelAcquire()
-	acquired := make(chan struct{})
+	acquired, watcher := make(chan struct{}), make(chan struct{})
+	pending := make(chan os.Signal, 1)
 	go func() {
+		defer close(watcher)
 		select {
 		case s := <-sigs:
 			logf("received %s while acquiring: giving up", s)
+			pending <- s
 			cancelAcquire()
 		case <-acquired:
 		}
@@ -112,11 +126,23 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv fun
 		Client: client, Group: f.group, Instance: f.instance, OperationID: f.operationID,
 		TTL: time.Duration(f.ttl) * time.Second, Wait: f.wait,
 		Progress: func(m string) { logf("%s", m) },
+		Margin:   f.grace,
 	})
 	close(acquired)
+	<-watcher
 	if err != nil {
 		logf("could not acquire: %s", explain(err, f.group, f.instance, f.operationID, f.conn.tokenFile, f.wait))
 		return ExitNotAcquired
+	}
+	select {
+	case <-pending: // a signal came as the leases were granted: do not start
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := sess.Release(ctx, nil); err != nil {
+			logf("release: %v", err)
+		}
+		return ExitNotAcquired
+	default:
 	}
 	logf("holding the migration mutex and the failover-hold of group %s (operation %s, topology generation %d, ttl %s, renewed every %s)",
 		f.group, f.operationID, sess.Generation(), sess.TTL(), (sess.TTL() / 3).Round(100*time.Millisecond))
@@ -144,15 +170,33 @@ func (r *runner) run(command []string, stdin io.Reader, stdout, stderr io.Writer
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 	cmd.Env = append(r.childEnv(), EnvDDLMarker+"="+marker)
-	// Its own process group: SIGTERM and SIGKILL reach everything it started.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	// Its own process group, so that SIGTERM and SIGKILL reach everything it
+	// started; and SIGKILL if this process dies (Pdeathsig), so that a run
+	// killed outright does not leave the command running unfenced.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if !r.sess.Held() {
+		r.logf("AUTHORITY LOST before the command started: %v", r.lostErr())
+		return r.lost(marker)
+	}
+	started, exited := make(chan error, 1), make(chan error, 1)
+	go func() {
+		// Pdeathsig fires when the thread that started the command ends:
+		// keep this goroutine on its thread until the command has exited.
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
 		r.logf("could not start %q: %v", commandLine(command), err)
 		return r.finish(ExitChildFailed, "failed", fmt.Sprintf("could not start: %v", err))
 	}
-	r.logf("started %q (pid %d); it marks the DDL boundary with 'bloodraven deploy mark-ddl' or by creating $%s", commandLine(command), cmd.Process.Pid, EnvDDLMarker)
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	pid := cmd.Process.Pid
+	defer func() { _ = syscall.Kill(-pid, syscall.SIGKILL) }() // whatever happens below
+	r.logf("started %q (pid %d); it marks the DDL boundary with 'bloodraven deploy mark-ddl' or by creating $%s", commandLine(command), pid, EnvDDLMarker)
 
 	var childErr error
 	lost := false
@@ -164,19 +208,25 @@ wait:
 		case <-r.sess.Lost():
 			lost = true
 			r.logf("AUTHORITY LOST: %v", r.sess.Err())
-			r.logf("stopping %q: SIGTERM, then SIGKILL after %s", commandLine(command), r.f.grace)
-			childErr = stop(cmd.Process.Pid, exited, r.f.grace)
+			r.logf("stopping %q: SIGTERM, then SIGKILL after %s (by the lease's deadline)", commandLine(command), r.f.grace)
+			childErr = stop(pid, exited, r.f.grace)
 			break wait
 		case s := <-sigs:
 			r.logf("received %s: passing it on to %q", s, commandLine(command))
-			_ = syscall.Kill(-cmd.Process.Pid, s.(syscall.Signal))
+			_ = syscall.Kill(-pid, s.(syscall.Signal))
 		}
 	}
-	// The command may have finished just as the lease was lost: the work
-	// ran without confirmed authority for a moment, so it counts as lost.
-	if !lost && r.sess.Err() != nil {
+	// Whatever the command left running in its group is stopped before any
+	// lease is released.
+	if !lost {
+		stopLeftovers(pid, r.f.grace, r.logf)
+	}
+	// The command may have finished just as the lease was lost, or past its
+	// deadline before the loss was reported: the work ran without confirmed
+	// authority for a moment, so it counts as lost.
+	if !lost && !r.sess.Held() {
 		lost = true
-		r.logf("AUTHORITY LOST as the command ended: %v", r.sess.Err())
+		r.logf("AUTHORITY LOST as the command ended: %v", r.lostErr())
 	}
 	if lost {
 		return r.lost(marker)
@@ -196,6 +246,31 @@ func (r *runner) childEnv() []string {
 		EnvOperationID+"="+r.f.operationID,
 		EnvGeneration+"="+strconv.FormatInt(r.sess.Generation(), 10),
 	)
+}
+
+// lostErr is the session's loss, or, when the deadline passed before the
+// heartbeat reported it, that.
+func (r *runner) lostErr() error {
+	if err := r.sess.Err(); err != nil {
+		return err
+	}
+	return &deployclient.LostError{Kind: deployclient.KindMigration, Cause: deployclient.CauseDeadlinePassed, GrantGeneration: r.sess.Generation()}
+}
+
+// stopLeftovers stops what the command left running in its process group
+// (a backgrounded tool): SIGTERM, then SIGKILL after grace.
+func stopLeftovers(pid int, grace time.Duration, logf func(string, ...any)) {
+	if syscall.Kill(-pid, 0) != nil {
+		return // the group is empty
+	}
+	logf("the command left processes running in its group: SIGTERM, then SIGKILL after %s", grace)
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	for end := time.Now().Add(grace); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if syscall.Kill(-pid, 0) != nil {
+			return
+		}
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
 }
 
 // stop sends SIGTERM to the command's process group, then SIGKILL after
@@ -222,7 +297,7 @@ func (r *runner) lost(marker string) int {
 	if err := r.sess.ReleaseHold(ctx); err != nil {
 		r.logf("the failover-hold could not be released (%v); it lapses at its ttl", err)
 	}
-	lostErr := r.sess.Err()
+	lostErr := r.lostErr()
 	if _, err := os.Stat(marker); err == nil {
 		r.logf("the DDL boundary had been passed: the schema of %s may be partly changed", r.f.instance)
 		r.logf("STOP: a person must verify the schema before any retry. Do not reconnect to the new primary to finish the migration. Operation %s will not be granted again.", r.f.operationID)
@@ -272,6 +347,9 @@ func (r *runner) finish(code int, result, detail string) int {
 	}
 	if err := r.sess.Release(ctx, recorded); err != nil {
 		r.logf("release: %v", err)
+		if errors.Is(err, deployclient.ErrNotRecorded) && (code == ExitOK || code == ExitChildFailed) {
+			return ExitNotRecorded
+		}
 	} else {
 		r.logf("outcome %s recorded; the failover-hold and the migration mutex are released", result)
 	}

@@ -57,6 +57,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 type call struct {
 	method, path string
 	status       int
+	at           time.Time // when the request arrived
 }
 
 type recorder struct {
@@ -80,6 +81,7 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (rec *recorder) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		at := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: 200}
 		h.ServeHTTP(sw, r)
 		var grant struct {
@@ -87,7 +89,7 @@ func (rec *recorder) wrap(h http.Handler) http.Handler {
 		}
 		_ = json.Unmarshal(sw.body.Bytes(), &grant)
 		rec.mu.Lock()
-		rec.calls = append(rec.calls, call{r.Method, r.URL.Path, sw.status})
+		rec.calls = append(rec.calls, call{r.Method, r.URL.Path, sw.status, at})
 		if grant.Token != "" {
 			rec.tokens = append(rec.tokens, grant.Token)
 		}
@@ -502,6 +504,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		"no token":               {"run", "--group", "g", "--instance", "i", "--token-file", "/nonexistent/token", "--", "true"},
 		"plain http":             {"status", "--group", "g", "--server", "http://localhost:8082", "--token-file", os.Args[0]},
 		"mark-ddl outside a run": {"mark-ddl"},
+		"grace over ttl/3":       {"run", "--group", "g", "--instance", "i", "--ttl", "30", "--grace", "11s", "--token-file", os.Args[0], "--", "true"},
 	} {
 		var stdout, stderr bytes.Buffer
 		getenv := func(string) string { return "" }
@@ -578,4 +581,87 @@ func writeForeignCA(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+func TestTheCommandIsGoneByTheDeadlineEvenIfItIgnoresSIGTERM(t *testing.T) {
+	t.Parallel()
+	s := newScene(t, operatortest.Options{})
+	p := s.start("run", "--group", operatortest.GroupName, "--instance", operatortest.Instance, "--ttl", "6", "--grace", "2s", "--",
+		"sh", "-c", `trap "" TERM; echo $$ > "$OUT/pid"; while :; do sleep 0.1; done`)
+	pid := strings.TrimSpace(s.waitFile("pid", 30*time.Second))
+	s.op.SetTransition()
+	// Watch the command die.
+	var died time.Time
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if !processAlive(pid) {
+			died = time.Now()
+			break
+		}
+	}
+	if died.IsZero() {
+		t.Fatal("the command did not die")
+	}
+	if code := p.wait(t, 30*time.Second); code != deploycmd.ExitLostBeforeDDL {
+		t.Fatalf("exit %d, want %d", code, deploycmd.ExitLostBeforeDDL)
+	}
+	// The client's deadline is the send time of the last confirmed renewal
+	// plus the ttl; that request arrived after it was sent.
+	var lastOK time.Time
+	for _, c := range s.rec.all() {
+		if (c.method == http.MethodPut || c.method == http.MethodPost) && (c.status == 200 || c.status == 201) && c.at.After(lastOK) {
+			lastOK = c.at
+		}
+	}
+	deadline := lastOK.Add(6 * time.Second)
+	if died.After(deadline.Add(50 * time.Millisecond)) { // the poll's resolution
+		t.Fatalf("the command died %s after the confirmed deadline", died.Sub(deadline))
+	}
+	t.Logf("the command died %s before the confirmed deadline", deadline.Sub(died).Round(time.Millisecond))
+}
+
+func TestWhatTheCommandLeftRunningIsStoppedBeforeTheRelease(t *testing.T) {
+	t.Parallel()
+	s := newScene(t, operatortest.Options{})
+	code, _ := s.run(60*time.Second, "run", "--group", operatortest.GroupName, "--instance", operatortest.Instance, "--ttl", "6", "--",
+		"sh", "-c", `sleep 300 & echo $! > "$OUT/background"`)
+	if code != deploycmd.ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	if bg := strings.TrimSpace(s.read("background")); bg == "" || processAlive(bg) {
+		t.Fatalf("the backgrounded process %q outlived the run", bg)
+	}
+}
+
+func TestKillingTheRunKillsTheCommand(t *testing.T) {
+	t.Parallel()
+	s := newScene(t, operatortest.Options{})
+	p := s.start("run", "--group", operatortest.GroupName, "--instance", operatortest.Instance, "--ttl", "6", "--",
+		"sh", "-c", `echo $$ > "$OUT/pid"; exec sleep 120`)
+	pid := strings.TrimSpace(s.waitFile("pid", 30*time.Second))
+	if err := p.cmd.Process.Kill(); err != nil { // SIGKILL: no handler runs
+		t.Fatal(err)
+	}
+	<-p.done
+	for end := time.Now().Add(10 * time.Second); processAlive(pid); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("the command (pid %s) outlived its killed run", pid)
+		}
+	}
+}
+
+func TestAnOutcomeThatCannotBeRecordedKeepsTheMutexAndExits7(t *testing.T) {
+	t.Parallel()
+	s := newScene(t, operatortest.Options{})
+	code, p := s.run(60*time.Second, "run", "--group", operatortest.GroupName, "--instance", operatortest.Instance, "--ttl", "6",
+		"--outcome-file", filepath.Join(s.dir, "missing-dir", "outcome.json"), "--", "true")
+	if code != deploycmd.ExitNotRecorded {
+		t.Fatalf("exit %d, want %d", code, deploycmd.ExitNotRecorded)
+	}
+	if !strings.Contains(p.stderr.String(), "the outcome was not recorded") {
+		t.Fatal("stderr does not say the outcome was not recorded")
+	}
+	g := s.observe()
+	if len(g.Leases) != 1 || g.Leases[0].Kind != deployclient.KindMigration {
+		t.Fatalf("leases %+v, want the migration mutex alone, left to lapse", g.Leases)
+	}
 }

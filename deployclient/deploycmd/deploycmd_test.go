@@ -1,0 +1,41 @@
+package deploycmd
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shipstream/bloodraven/deployclient"
+)
+
+func TestExplainNamesWhatToDo(t *testing.T) {
+	for name, tc := range map[string]struct {
+		err  error
+		want string
+	}{
+		"held, waited out":  {&deployclient.AcquireError{WaitedOut: true, Err: &deployclient.APIError{Status: 409, Code: "held", Holder: &deployclient.Holder{OperationID: "a", Instance: "b", ExpiresAt: "t"}}}, "still held by operation a (instance b, until t) after waiting 1m0s"},
+		"held, no holder":   {&deployclient.AcquireError{Err: &deployclient.APIError{Status: 409, Code: "held"}}, "held by another operation"},
+		"revoked":           {&deployclient.AcquireError{Err: &deployclient.APIError{Status: 409, Code: "revoked", Reason: "operator_revoked", Generation: 3}}, "can never be granted again"},
+		"unauthenticated":   {&deployclient.AcquireError{Err: &deployclient.APIError{Status: 401, Code: "unauthenticated"}}, "audience bloodraven-deploy"},
+		"forbidden":         {&deployclient.AcquireError{Err: &deployclient.APIError{Status: 403, Code: "forbidden"}}, "spec.deploymentClients of MysqlDatabase db"},
+		"a transport error": {&deployclient.AcquireError{Err: errors.New("dial tcp: connection refused")}, "is the deployment API reachable"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := explain(tc.err, "g", "db", "op", "/t", time.Minute); !strings.Contains(got, tc.want) {
+				t.Fatalf("explain = %q, want %q in it", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestATokenGivenAsItsFileIsNotEchoed(t *testing.T) {
+	tok := "eyJhbGciOiJSUzI1NiIsImtpZCI6IjEifQ.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQifQ.c2lnbmF0dXJl"
+	_, err := deployclient.ReadToken(tok)
+	if err == nil || strings.Contains(err.Error(), tok) || strings.Contains(err.Error(), tok[:20]) {
+		t.Fatalf("ReadToken(token) = %v", err)
+	}
+	if _, err := deployclient.ReadToken("/nonexistent/token"); err == nil || !strings.Contains(err.Error(), "/nonexistent/token") {
+		t.Fatalf("a missing path is named: %v", err)
+	}
+}
