@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -139,6 +140,9 @@ func (s *scene) start(args ...string) *proc {
 		"BR="+os.Args[0], "OUT="+s.dir)
 	p := &proc{cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
+	// A process the CLI failed to stop would hold the output pipes open and
+	// keep Wait from returning: do not wait for them past the CLI's exit.
+	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
@@ -622,13 +626,25 @@ func TestTheCommandIsGoneByTheDeadlineEvenIfItIgnoresSIGTERM(t *testing.T) {
 func TestWhatTheCommandLeftRunningIsStoppedBeforeTheRelease(t *testing.T) {
 	t.Parallel()
 	s := newScene(t, operatortest.Options{})
+	// The background process writes the time every 50 ms while it lives.
 	code, _ := s.run(60*time.Second, "run", "--group", operatortest.GroupName, "--instance", operatortest.Instance, "--ttl", "6", "--",
-		"sh", "-c", `sleep 300 & echo $! > "$OUT/background"`)
+		"sh", "-c", `(while :; do date +%s.%N > "$OUT/alive.tmp"; mv "$OUT/alive.tmp" "$OUT/alive"; sleep 0.05; done) & sleep 0.5`)
 	if code != deploycmd.ExitOK {
 		t.Fatalf("exit %d", code)
 	}
-	if bg := strings.TrimSpace(s.read("background")); bg == "" || processAlive(bg) {
-		t.Fatalf("the backgrounded process %q outlived the run", bg)
+	var released time.Time
+	for _, c := range s.rec.all() {
+		if c.method == http.MethodDelete && strings.Contains(c.path, "/migration/") {
+			released = c.at
+		}
+	}
+	sec, err := strconv.ParseFloat(strings.TrimSpace(s.read("alive")), 64)
+	if err != nil || released.IsZero() {
+		t.Fatalf("alive %q (%v), released at %s", s.read("alive"), err, released)
+	}
+	lastAlive := time.Unix(0, int64(sec*1e9))
+	if !lastAlive.Before(released) {
+		t.Fatalf("the background process was still running %s after the migration mutex was released", lastAlive.Sub(released))
 	}
 }
 
