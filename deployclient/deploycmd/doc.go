@@ -36,6 +36,10 @@
 //     not be written (the mutex is left to lapse).
 //   - Nothing secret is printed: not the bearer token, not a lease token.
 //
+// COMMAND runs in its own process group, so it should not read from a
+// terminal (a background group that does is stopped by SIGTTIN); its stdin,
+// stdout and stderr are the run's.
+//
 // Not guaranteed: that COMMAND wrote nothing after the loss. Signals take
 // time and a TTL is not an exactly-once guarantee; the DDL marker is read
 // after COMMAND has stopped, so a marker written at the last moment counts
