@@ -339,9 +339,10 @@ func (s *Session) Context() context.Context { return s.ctx }
 
 func (s *Session) lose(e *LostError) {
 	s.lostOnce.Do(func() {
+		// Err and Context say why before Lost is closed.
 		s.lost.Store(e)
-		close(s.lostCh)
 		s.cancel(e)
+		close(s.lostCh)
 	})
 }
 

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,6 +103,7 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 	if opts.FailureDetectionSeconds == 0 {
 		opts.FailureDetectionSeconds = 5
 	}
+	globalLogger.Do(func() { ctrl.SetLogger(logr.Discard()) }) // client-go logs through it
 	o := &Operator{Env: env, t: t, dir: t.TempDir(), Clock: skewed{d: opts.Skew}, Driver: memory.New()}
 	o.Namespace = env.Namespace(t)
 	o.ClientNamespace = env.Namespace(t)
@@ -219,7 +221,10 @@ func (o *Operator) Unbind(secret string) {
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret, Namespace: o.ClientNamespace}})))
 }
 
-var tokenFiles atomic.Int64
+var (
+	tokenFiles   atomic.Int64
+	globalLogger sync.Once
+)
 
 // TokenFile writes a fresh token to a new file and returns its path.
 func (o *Operator) TokenFile() string {
