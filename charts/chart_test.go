@@ -60,10 +60,14 @@ func render(t *testing.T, sets ...string) (string, error) {
 	return helm(t, args...)
 }
 
+// apiServer admits the API server's (example) address to the webhooks.
+const apiServer = "auxiliary.deployAPI.networkPolicy.apiServerSources[0].ipBlock.cidr=10.0.0.10/32"
+
 var cases = map[string][]string{
-	"default":    nil,
-	"deploy-api": {"auxiliary.deployAPI.enabled=true"},
-	"additional-ingress": {"auxiliary.deployAPI.enabled=true",
+	"default":                     nil,
+	"deploy-api":                  {"auxiliary.deployAPI.enabled=true", apiServer},
+	"deploy-api-without-webhooks": {"auxiliary.deployAPI.enabled=true", "webhooks.enabled=false"},
+	"additional-ingress": {"auxiliary.deployAPI.enabled=true", apiServer,
 		"auxiliary.deployAPI.networkPolicy.additionalIngress[0].from[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=database-system",
 		"auxiliary.deployAPI.networkPolicy.additionalIngress[0].from[0].podSelector.matchLabels.app\\.kubernetes\\.io/name=escrow-client",
 		"auxiliary.deployAPI.networkPolicy.additionalIngress[0].ports[0].protocol=TCP",
@@ -71,7 +75,7 @@ var cases = map[string][]string{
 }
 
 func TestLint(t *testing.T) {
-	for _, sets := range [][]string{nil, {"auxiliary.deployAPI.enabled=true"}} {
+	for _, sets := range [][]string{nil, {"auxiliary.deployAPI.enabled=true", apiServer}} {
 		args := []string{"lint", chartDir()}
 		for _, s := range sets {
 			args = append(args, "--set", s)
@@ -153,8 +157,8 @@ func TestNetworkPolicyShape(t *testing.T) {
 	if np.Spec.PodSelector.MatchLabels["app.kubernetes.io/name"] != "bloodraven" {
 		t.Fatalf("pod selector %v", np.Spec.PodSelector)
 	}
-	if len(np.Spec.Ingress) != 3 {
-		t.Fatalf("%d ingress rules, want TLS, open ports, additional", len(np.Spec.Ingress))
+	if len(np.Spec.Ingress) != 4 {
+		t.Fatalf("%d ingress rules, want TLS, API server, open ports, additional", len(np.Spec.Ingress))
 	}
 	tlsRule := np.Spec.Ingress[0]
 	if len(tlsRule.Ports) != 1 || tlsRule.Ports[0].Port.IntVal != 8443 || len(tlsRule.From) != 2 {
@@ -171,7 +175,13 @@ func TestNetworkPolicyShape(t *testing.T) {
 		sidecar.PodSelector.MatchLabels["app.kubernetes.io/name"] != "mysql" || sidecar.PodSelector.MatchLabels["app.kubernetes.io/managed-by"] != "bloodraven" {
 		t.Fatalf("sidecar peer %+v", sidecar)
 	}
-	open := np.Spec.Ingress[1]
+	apiRule := np.Spec.Ingress[1]
+	if len(apiRule.From) != 1 || apiRule.From[0].IPBlock == nil || apiRule.From[0].IPBlock.CIDR != "10.0.0.10/32" ||
+		apiRule.From[0].PodSelector != nil || apiRule.From[0].NamespaceSelector != nil ||
+		len(apiRule.Ports) != 1 || apiRule.Ports[0].Port.IntVal != 8443 {
+		t.Fatalf("the API server's rule must admit exactly the configured sources on the TLS port: %+v", apiRule)
+	}
+	open := np.Spec.Ingress[2]
 	if len(open.From) != 0 {
 		t.Fatalf("ports 8080-8082 must be open to any source: %+v", open)
 	}
@@ -182,7 +192,7 @@ func TestNetworkPolicyShape(t *testing.T) {
 	if fmt.Sprint(ports) != "[8080 8081 8082]" {
 		t.Fatalf("open ports %v", ports)
 	}
-	extra := np.Spec.Ingress[2]
+	extra := np.Spec.Ingress[3]
 	if extra.From[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "database-system" || *extra.Ports[0].Port != intstr.FromInt32(8443) {
 		t.Fatalf("additionalIngress not appended as written: %+v", extra)
 	}
@@ -202,6 +212,8 @@ func TestMisconfigurationFailsWithItsMessage(t *testing.T) {
 			"requires leaderElection.enabled=true"},
 		"escrow TLS without a Secret": {[]string{"auxiliary.escrowTLS.existingSecret="},
 			"requires auxiliary.escrowTLS.existingSecret"},
+		"policy and webhooks without the API server's sources": {[]string{"auxiliary.deployAPI.enabled=true"},
+			"auxiliary.deployAPI.networkPolicy.apiServerSources is empty: the NetworkPolicy would block the Kubernetes API server's calls to the validating webhooks on port 8443"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

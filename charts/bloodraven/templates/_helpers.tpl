@@ -37,6 +37,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if and .Values.webhooks.enabled (not $a.escrowTLS.enabled) -}}
 {{- fail "webhooks.enabled=true requires auxiliary.escrowTLS.enabled=true: the webhooks are served on the TLS listener" -}}
 {{- end -}}
+{{- if and $a.deployAPI.enabled $a.deployAPI.networkPolicy.enabled .Values.webhooks.enabled (not $a.deployAPI.networkPolicy.apiServerSources) -}}
+{{- fail (printf "auxiliary.deployAPI.networkPolicy.apiServerSources is empty: the NetworkPolicy would block the Kubernetes API server's calls to the validating webhooks on port %v, and with failurePolicy: Fail every status write (the operator's own included) would be refused. List where the API server connects from as NetworkPolicy peers, for example --set 'auxiliary.deployAPI.networkPolicy.apiServerSources[0].ipBlock.cidr=10.0.0.10/32'. Find the addresses with: kubectl get endpointslices -n default -l kubernetes.io/service-name=kubernetes -o jsonpath='{.items[*].endpoints[*].addresses[*]}' (on a managed cluster, the control plane's CIDR from your provider; some CNIs see the nodes' addresses instead). Nothing is admitted by default." $a.escrowTLS.port) -}}
+{{- end -}}
 {{- if and $a.deployAPI.enabled $a.deployAPI.networkPolicy.enabled (not $a.service.enabled) -}}
 {{- fail "auxiliary.deployAPI.networkPolicy needs auxiliary.service.enabled=true: clients reach the API through the Service" -}}
 {{- end -}}
