@@ -142,6 +142,9 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 	}
 
 	clk := clock.RealClock{}
+	if err := ctrlmetrics.Registry.Register(server.CertificateExpiry(opts.tlsCertDir)); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 	store := &leasestore.Store{Client: mgr.GetClient(), Cached: mgr.GetCache(), API: mgr.GetAPIReader(), Clock: clk}
 	bloodravenwebhook.Register(mgr.GetWebhookServer(), mgr.GetScheme(), opts.operatorIdentity)
 	if err := addGroupController(mgr, opts, store, clk); err != nil {
@@ -225,7 +228,7 @@ func addGroupController(mgr ctrl.Manager, opts options, store *leasestore.Store,
 	case "mysql":
 		drv = mysqldriver.New(secretCredentials(mgr.GetAPIReader()))
 	}
-	m, err := controllers.NewMetrics(ctrlmetrics.Registry)
+	m, err := controllers.NewMetrics(ctrlmetrics.Registry, clk)
 	if err != nil {
 		return err
 	}

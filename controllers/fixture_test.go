@@ -79,7 +79,7 @@ func newFixture(t *testing.T, withDriver bool) *fixture {
 	f.token = tr.Status.Token
 
 	store := &leasestore.Store{Client: env.Client, API: env.Client, Clock: f.clock}
-	if f.metrics, err = NewMetrics(f.reg); err != nil {
+	if f.metrics, err = NewMetrics(f.reg, f.clock); err != nil {
 		t.Fatal(err)
 	}
 	bc := record.NewBroadcaster()

@@ -104,11 +104,7 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		}
 	}
 	persisted := g.Status.DeepCopy()
-	if r.Metrics != nil { // the deferral series exist, at 0, from the first reconcile
-		for _, op := range []string{OpPlannedFailover, OpOrderedUpdate, OpRestoreInPlace} {
-			r.Metrics.Deferred.WithLabelValues(g.Namespace, g.Name, op)
-		}
-	}
+	r.Metrics.initGroup(g) // every series exists, at 0, from the first reconcile
 	var st step
 	st.after(r.probeInterval())
 
@@ -144,6 +140,7 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 			return ctrl.Result{}, err
 		}
 	}
+	r.Metrics.observeGroup(g)
 	return ctrl.Result{RequeueAfter: st.requeueAfter}, nil
 }
 
@@ -166,6 +163,7 @@ func (r *GroupReconciler) promoteTimeout() time.Duration {
 func (r *GroupReconciler) writeStatus(ctx context.Context, g *v1.MysqlFailoverGroup) error {
 	g.Status.ObservedGeneration = g.Generation
 	if err := r.Client.Status().Update(ctx, g); err != nil {
+		r.Metrics.statusWriteFailed(g, err)
 		return fmt.Errorf("write status: %w", err)
 	}
 	return nil
@@ -216,6 +214,7 @@ func (r *GroupReconciler) finalize(ctx context.Context, g *v1.MysqlFailoverGroup
 	if err := r.Client.Update(ctx, g); err != nil {
 		return fmt.Errorf("remove finalizer: %w", err)
 	}
+	r.Metrics.forget(g)
 	return nil
 }
 

@@ -85,6 +85,7 @@ func (r *GroupReconciler) revoke(ctx context.Context, g *v1.MysqlFailoverGroup, 
 	}
 	if len(revoked) > 0 {
 		EventDeploymentLeaseRevoked.emit(r.Recorder, g, reason, g.Status.TopologyGeneration, revoked)
+		r.Metrics.revoked(g, reason, len(revoked), r.Clock.Now())
 	}
 	return errors.Join(errs...)
 }

@@ -5,12 +5,14 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"math"
 	"net/http"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/shipstream/bloodraven/pki"
@@ -129,5 +131,30 @@ func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
 			t.Fatalf("condition not met within %v", timeout)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestCertificateExpiryIsReadAtEveryScrape(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := pki.NewCA("test CA", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := CertificateExpiry(dir)
+	if v := testutil.ToFloat64(g); !math.IsNaN(v) {
+		t.Fatalf("no certificate yet: %v, want NaN", v)
+	}
+	for _, validity := range []time.Duration{48 * time.Hour, 90 * 24 * time.Hour} {
+		now := time.Now()
+		pair, err := ca.Issue("bloodraven", []string{"localhost"}, now, validity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pair.WriteTLSDir(dir); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := testutil.ToFloat64(g), float64(now.Add(validity).Unix()); math.Abs(got-want) > 1 {
+			t.Fatalf("expiry %v, want %v (the certificate valid for %s)", got, want, validity)
+		}
 	}
 }

@@ -135,7 +135,7 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 	})
 	must(t, err)
 	store := &leasestore.Store{Client: mgr.GetClient(), Cached: mgr.GetCache(), API: mgr.GetAPIReader(), Clock: o.Clock}
-	m, err := controllers.NewMetrics(prometheus.NewRegistry())
+	m, err := controllers.NewMetrics(prometheus.NewRegistry(), o.Clock)
 	must(t, err)
 	r := &controllers.GroupReconciler{
 		Client: mgr.GetClient(), API: mgr.GetAPIReader(), Leases: store, Driver: o.Driver, Clock: o.Clock,

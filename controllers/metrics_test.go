@@ -1,0 +1,116 @@
+package controllers
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+)
+
+// deferralAge reads the age series of op, or -1 when it is absent.
+func (f *fixture) deferralAge(op string) float64 {
+	f.t.Helper()
+	fams, err := f.reg.Gather()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, fam := range fams {
+		if fam.GetName() != "bloodraven_planned_operation_deferral_age_seconds" {
+			continue
+		}
+		for _, m := range fam.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["namespace"] == f.ns && labels["operation"] == op {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
+}
+
+func TestMetricsFollowTheGroup(t *testing.T) {
+	f := newFixture(t, true)
+	f.settle()
+	m := f.metrics
+	if got := testutil.ToFloat64(m.Generation.WithLabelValues(f.ns, "playground")); got != 1 {
+		t.Fatalf("generation gauge %v, want 1", got)
+	}
+	for cond, want := range map[string]float64{v1.ConditionReady: 1, v1.ConditionNoPrimary: 0, v1.ConditionSplitBrain: 0, v1.ConditionDegraded: 0} {
+		if got := testutil.ToFloat64(m.Condition.WithLabelValues(f.ns, "playground", cond)); got != want {
+			t.Errorf("condition %s = %v, want %v", cond, got, want)
+		}
+	}
+	// The revocation and status-write series exist at 0 before anything happened.
+	if n := testutil.CollectAndCount(m.Revoked); n != 2 {
+		t.Fatalf("%d revocation series after the first reconcile, want 2 (both reasons, at 0)", n)
+	}
+
+	// A deferral: its age is exported while it lasts, on the controller's clock.
+	f.grant("migration", "op-1", 120)
+	f.grant("failover-hold", "op-1", 120)
+	f.patchSpec(func(g *v1.MysqlFailoverGroup) {
+		g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
+	})
+	f.settle()
+	if age := f.deferralAge(OpPlannedFailover); age != 0 {
+		t.Fatalf("deferral age %v right after the deferral, want 0", age)
+	}
+	f.clock.Step(40 * time.Second)
+	if age := f.deferralAge(OpPlannedFailover); age != 40 {
+		t.Fatalf("deferral age %v after 40 s, want 40", age)
+	}
+
+	// Revoking by hand is counted and timed; the failover then proceeds and
+	// the deferral's series goes away.
+	f.patchSpec(func(g *v1.MysqlFailoverGroup) {
+		g.Annotations = map[string]string{v1.RevokeDeploymentLeasesAnnotation: "incident-1"}
+	})
+	f.settle()
+	if got := testutil.ToFloat64(m.Revoked.WithLabelValues(f.ns, "playground", "operator_revoked")); got != 1 {
+		t.Fatalf("operator_revoked count %v, want 1", got)
+	}
+	if got, want := testutil.ToFloat64(m.LastRevocation.WithLabelValues(f.ns, "playground", "operator_revoked")), float64(f.clock.Now().UnixNano())/1e9; got != want {
+		t.Fatalf("last revocation %v, want %v", got, want)
+	}
+	f.settle()
+	if g := f.get(); g.Status.TopologyGeneration != 2 {
+		t.Fatalf("the planned failover did not proceed: %+v", g.Status.PlannedFailover)
+	}
+	if age := f.deferralAge(OpPlannedFailover); age != -1 {
+		t.Fatalf("deferral age %v after the failover, want no series", age)
+	}
+	if got := testutil.ToFloat64(m.Generation.WithLabelValues(f.ns, "playground")); got != 2 {
+		t.Fatalf("generation gauge %v, want 2", got)
+	}
+}
+
+func TestStatusWriteErrorsAreCountedByCause(t *testing.T) {
+	m, err := NewMetrics(nil, clocktesting.NewFakeClock(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "orders"}}
+	gr := schema.GroupResource{Group: v1.GroupVersion.Group, Resource: "mysqlfailovergroups"}
+	for want, err := range map[string]error{
+		// What the API server answers when it cannot reach the webhook.
+		"webhook":  apierrors.NewInternalError(errors.New(`failed calling webhook "vmysqlfailovergroupstatus.bloodraven.shipstream.io": failed to call webhook: Post "https://bloodraven.bloodraven.svc:8443/validate": context deadline exceeded`)),
+		"conflict": apierrors.NewConflict(gr, "orders", errors.New("the object has been modified")),
+		"other":    apierrors.NewTooManyRequests("slow down", 1),
+	} {
+		m.statusWriteFailed(g, fmt.Errorf("write status: %w", err))
+		if got := testutil.ToFloat64(m.StatusWriteErrors.WithLabelValues("ns", "orders", want)); got != 1 {
+			t.Errorf("%s: count %v, want 1", want, got)
+		}
+	}
+}
