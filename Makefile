@@ -26,7 +26,8 @@ KUBECTL        := $(BIN)/kubectl
 ETCD           := $(BIN)/etcd
 CONTROLLER_GEN := $(BIN)/controller-gen
 HELM           := $(BIN)/helm
-TOOLS := $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(CONTROLLER_GEN) $(HELM)
+RULECHECK      := $(BIN)/rulecheck
+TOOLS := $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(CONTROLLER_GEN) $(HELM) $(RULECHECK)
 
 export KUBEBUILDER_ASSETS := $(BIN)
 
@@ -36,7 +37,7 @@ all: build
 ##@ Tools
 
 .PHONY: tools
-tools: $(TOOLS) ## Build kube-apiserver, kubectl, etcd, controller-gen and helm into ./bin (a no-op when up to date).
+tools: $(TOOLS) ## Build kube-apiserver, kubectl, etcd, controller-gen, helm and rulecheck into ./bin (a no-op when up to date).
 
 $(KUBE_APISERVER): hack/tools/kube/go.mod hack/tools/kube/go.sum
 	@echo ">> building kube-apiserver $(KUBE_VERSION) from the module proxy (first build: about 15 min on 2 cores; package names show progress)"
@@ -61,6 +62,11 @@ $(CONTROLLER_GEN): hack/tools/gen/go.mod hack/tools/gen/go.sum
 $(HELM): hack/tools/helm/go.mod hack/tools/helm/go.sum
 	@echo ">> building helm"
 	cd hack/tools/helm && $(GO) build -trimpath -o $@ helm.sh/helm/v3/cmd/helm
+	@touch $@
+
+$(RULECHECK): hack/tools/rulecheck/go.mod hack/tools/rulecheck/go.sum hack/tools/rulecheck/main.go
+	@echo ">> building rulecheck (Prometheus's rule parser)"
+	cd hack/tools/rulecheck && $(GO) build -trimpath -o $@ .
 	@touch $@
 
 ##@ Generate
@@ -108,7 +114,7 @@ FUZZTIME ?= 10s
 FUZZ_TARGETS := deployapi:FuzzDecodeGrant deployapi:FuzzDecodeRenew deployclient:FuzzDecodeAnswer
 
 .PHONY: test
-test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) mariadb lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, then a short fuzz run of the decoders.
+test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) mariadb lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, then a short fuzz run of the decoders.
 	$(GO) test -race -count=1 ./...
 	@$(MAKE) --no-print-directory fuzz
 

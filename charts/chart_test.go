@@ -67,6 +67,7 @@ var cases = map[string][]string{
 	"default":                     nil,
 	"deploy-api":                  {"auxiliary.deployAPI.enabled=true", apiServer},
 	"deploy-api-without-webhooks": {"auxiliary.deployAPI.enabled=true", "webhooks.enabled=false"},
+	"monitoring":                  {"monitoring.prometheusRule.enabled=true", "monitoring.dashboard.enabled=true", "monitoring.prometheusRule.labels.release=kube-prometheus-stack"},
 	"additional-ingress": {"auxiliary.deployAPI.enabled=true", apiServer,
 		"auxiliary.deployAPI.networkPolicy.additionalIngress[0].from[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=database-system",
 		"auxiliary.deployAPI.networkPolicy.additionalIngress[0].from[0].podSelector.matchLabels.app\\.kubernetes\\.io/name=escrow-client",
@@ -250,6 +251,34 @@ func TestRenderedManifestsAreAcceptedByTheAPIServer(t *testing.T) {
 	for _, k := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment", "ValidatingWebhookConfiguration", "NetworkPolicy", "CustomResourceDefinition"} {
 		if kinds[k] == 0 {
 			t.Errorf("render has no %s", k)
+		}
+	}
+}
+
+func TestAlertsAndDashboardAreValidPromQL(t *testing.T) {
+	names, err := MonitoringMetricNames(testenv.RepoRoot(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every name is the operator's own or controller-runtime's; the e2e
+	// test checks each against a live /metrics.
+	for _, n := range names {
+		if !strings.HasPrefix(n, "bloodraven_") && !strings.HasPrefix(n, "controller_runtime_") && !strings.HasPrefix(n, "leader_election_") {
+			t.Errorf("the rules use %s, which the operator does not export", n)
+		}
+	}
+	if len(names) < 10 {
+		t.Fatalf("only %d metrics in the rules and dashboard: %v", len(names), names)
+	}
+	// Each is documented.
+	doc, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		base := strings.TrimSuffix(n, "_bucket")
+		if !strings.Contains(string(doc), "`"+base+"`") {
+			t.Errorf("docs/metrics.md does not document %s", base)
 		}
 	}
 }

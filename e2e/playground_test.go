@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/charts"
 	"github.com/shipstream/bloodraven/devenv"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 	"github.com/shipstream/bloodraven/testenv"
@@ -284,6 +285,56 @@ func TestPlaygroundComesUpAsDocumented(t *testing.T) {
 		}
 	})
 
+	t.Run("every metric the chart's alerts and dashboard use is exported", func(t *testing.T) {
+		names, err := charts.MonitoringMetricNames(root, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A deferral makes the deferral-age series appear: a hold, then a
+		// planned failover behind it.
+		c := deployClient(t, p)
+		api := "https://" + cfg.TLSAddr + "/deploy/v1/groups/" + devenv.GroupName
+		var tokens []string
+		for _, kind := range []string{"migration", "failover-hold"} {
+			st, grant := c.call(http.MethodPost, api+"/leases", map[string]any{"kind": kind, "operationId": "op-metrics", "instance": devenv.DatabaseName, "ttlSeconds": 60})
+			if st != http.StatusCreated {
+				t.Fatalf("grant %s: %d %v", kind, st, grant)
+			}
+			tokens = append(tokens, grant["token"].(string))
+		}
+		admin, err := client.New(p.AdminConfig, client.Options{Scheme: bloodravenscheme.New()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := &v1.MysqlFailoverGroup{}
+		key := client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.GroupName}
+		if err := admin.Get(ctx, key, g); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(g.DeepCopy())
+		g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "metrics-1", TargetSite: "pdx"}
+		if err := admin.Patch(ctx, g, patch); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, func() bool {
+			_ = admin.Get(ctx, key, g)
+			return g.Status.PlannedFailover != nil && g.Status.PlannedFailover.Phase == v1.PlannedFailoverPhaseDeferred
+		})
+		exported := scrape(t, "http://"+cfg.MetricsAddr+"/metrics")
+		for _, n := range names {
+			if !exported[n] {
+				t.Errorf("the alerts or the dashboard use %s; the operator does not export it", n)
+			}
+		}
+		t.Logf("%d metric names in the alerts and dashboard, all exported: %v", len(names), names)
+		// Release the hold: the failover then proceeds on its own.
+		for i, kind := range []string{"failover-hold", "migration"} {
+			if st, _ := c.call(http.MethodDelete, api+"/leases/"+kind+"/op-metrics", nil, "X-Lease-Token", tokens[1-i]); st != http.StatusNoContent {
+				t.Fatalf("release %s: %d", kind, st)
+			}
+		}
+	})
+
 	down()
 	t.Run("down stops every listener it started", func(t *testing.T) {
 		for _, a := range []string{cfg.TLSAddr, cfg.AuxAddr, cfg.MetricsAddr, cfg.ProbeAddr} {
@@ -322,4 +373,30 @@ func readmeDeployCommands(t *testing.T, root string) []string {
 		out = append(out, c)
 	}
 	return out
+}
+
+// scrape reads a Prometheus text exposition and returns the names it
+// exports: each family, and a histogram's or summary's _bucket, _sum and
+// _count series.
+func scrape(t *testing.T, url string) map[string]bool {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "#") || line == "" {
+			continue
+		}
+		name, _, _ := strings.Cut(line, "{")
+		name, _, _ = strings.Cut(name, " ")
+		names[name] = true
+	}
+	return names
 }
