@@ -27,9 +27,16 @@ ETCD           := $(BIN)/etcd
 CONTROLLER_GEN := $(BIN)/controller-gen
 HELM           := $(BIN)/helm
 RULECHECK      := $(BIN)/rulecheck
-TOOLS := $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(CONTROLLER_GEN) $(HELM) $(RULECHECK)
+STATICCHECK    := $(BIN)/staticcheck
+TOOLS := $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(CONTROLLER_GEN) $(HELM) $(RULECHECK) $(STATICCHECK)
 
 export KUBEBUILDER_ASSETS := $(BIN)
+
+# The release is the file VERSION (the chart's version and appVersion follow
+# it); builds stamp it and the commit into the binary.
+VERSION := $(shell cat VERSION)
+GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION)$(if $(GIT_REV),+$(GIT_REV))
 
 .PHONY: all
 all: build
@@ -37,7 +44,7 @@ all: build
 ##@ Tools
 
 .PHONY: tools
-tools: $(TOOLS) ## Build kube-apiserver, kubectl, etcd, controller-gen, helm and rulecheck into ./bin (a no-op when up to date).
+tools: $(TOOLS) ## Build kube-apiserver, kubectl, etcd, controller-gen, helm, rulecheck and staticcheck into ./bin (a no-op when up to date).
 
 $(KUBE_APISERVER): hack/tools/kube/go.mod hack/tools/kube/go.sum
 	@echo ">> building kube-apiserver $(KUBE_VERSION) from the module proxy (first build: about 15 min on 2 cores; package names show progress)"
@@ -62,6 +69,11 @@ $(CONTROLLER_GEN): hack/tools/gen/go.mod hack/tools/gen/go.sum
 $(HELM): hack/tools/helm/go.mod hack/tools/helm/go.sum
 	@echo ">> building helm"
 	cd hack/tools/helm && $(GO) build -trimpath -o $@ helm.sh/helm/v3/cmd/helm
+	@touch $@
+
+$(STATICCHECK): hack/tools/staticcheck/go.mod hack/tools/staticcheck/go.sum
+	@echo ">> building staticcheck"
+	cd hack/tools/staticcheck && $(GO) build -trimpath -o $@ honnef.co/go/tools/cmd/staticcheck
 	@touch $@
 
 $(RULECHECK): hack/tools/rulecheck/go.mod hack/tools/rulecheck/go.sum hack/tools/rulecheck/main.go
@@ -94,8 +106,8 @@ check-generate: generate ## Fail when generated files differ from what is commit
 ##@ Build and test
 
 .PHONY: build
-build: ## Build the operator into ./bin/bloodraven.
-	$(GO) build -o $(BIN)/bloodraven .
+build: ## Build the operator into ./bin/bloodraven, its version stamped (bloodraven --version).
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/bloodraven .
 
 .PHONY: fmt
 fmt:
@@ -106,9 +118,10 @@ vet:
 	$(GO) vet ./...
 
 .PHONY: lint
-lint: ## gofmt and go vet.
+lint: $(STATICCHECK) ## gofmt, go vet and staticcheck.
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 
 FUZZTIME ?= 10s
 FUZZ_TARGETS := deployapi:FuzzDecodeGrant deployapi:FuzzDecodeRenew deployclient:FuzzDecodeAnswer
@@ -148,7 +161,7 @@ mariadb: ## Install MariaDB (the playground's sites, the driver's integration te
 
 .PHONY: dev
 dev: tools mariadb ## Start the playground: control plane, MariaDB sites, operator and demo group, in the foreground.
-	$(GO) build -o $(BIN)/bloodraven .
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/bloodraven .
 	$(GO) build -o $(BIN)/bloodraven-dev ./hack/dev
 	$(BIN)/bloodraven-dev --root $(ROOT)
 

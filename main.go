@@ -5,10 +5,13 @@ package main
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
+	"strings"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/zapr"
@@ -40,8 +43,37 @@ import (
 	bloodravenwebhook "github.com/shipstream/bloodraven/webhook"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version is set by `make build` with -ldflags "-X main.version=...": the
+// release (file VERSION) and the commit. Unset, Version falls back to the
+// embedded VERSION and the commit the Go toolchain recorded.
+var version = ""
+
+//go:embed VERSION
+var releaseVersion string
+
+// Version is the operator's version, for --version, the status page and the
+// API server's user agent.
+func Version() string {
+	if version != "" {
+		return version
+	}
+	v := strings.TrimSpace(releaseVersion)
+	if info, ok := debug.ReadBuildInfo(); ok {
+		var rev, dirty string
+		for _, s := range info.Settings {
+			switch {
+			case s.Key == "vcs.revision" && len(s.Value) >= 12:
+				rev = s.Value[:12]
+			case s.Key == "vcs.modified" && s.Value == "true":
+				dirty = "-dirty"
+			}
+		}
+		if rev != "" {
+			v += "+" + rev + dirty
+		}
+	}
+	return v
+}
 
 // RBAC the operator needs; controller-gen renders config/rbac/role.yaml.
 // +kubebuilder:rbac:groups=bloodraven.shipstream.io,resources=mysqlfailovergroups,verbs=get;list;watch;update;patch
@@ -73,7 +105,7 @@ func run() error {
 		return err
 	}
 	if opts.printVersionAndExit {
-		fmt.Println(version)
+		fmt.Println(Version())
 		return nil
 	}
 	log, err := newLogger(opts.logLevel, opts.logDevelopment)
@@ -112,7 +144,7 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 	}
 	cfg.QPS = float32(opts.kubeQPS)
 	cfg.Burst = opts.kubeBurst
-	cfg.UserAgent = "bloodraven/" + version
+	cfg.UserAgent = "bloodraven/" + Version()
 
 	tlsOpts, err := server.TLSListenerOptions(opts.tlsAddr, opts.tlsCertDir)
 	if err != nil {
@@ -160,7 +192,7 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 		Addr: opts.auxAddr,
 		Handler: server.NewAuxHandler(func() server.StatusInfo {
 			return server.StatusInfo{
-				Version:        version,
+				Version:        Version(),
 				Leader:         leader.IsLeader(),
 				DeployAPI:      opts.deployAPI,
 				DeployAPIAddr:  deployAddr(opts),
@@ -178,7 +210,7 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 		return fmt.Errorf("readyz: %w", err)
 	}
 
-	log.Info("starting operator", "version", version, "tlsAddr", opts.tlsAddr, "auxAddr", opts.auxAddr,
+	log.Info("starting operator", "version", Version(), "tlsAddr", opts.tlsAddr, "auxAddr", opts.auxAddr,
 		"leaderElection", opts.leaderElection, "deployAPI", opts.deployAPI)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("manager: %w", err)
@@ -234,6 +266,7 @@ func addGroupController(mgr ctrl.Manager, opts options, store *leasestore.Store,
 	}
 	r := &controllers.GroupReconciler{
 		Client: mgr.GetClient(), API: mgr.GetAPIReader(), Leases: store, Driver: drv, Clock: clk,
+		//lint:ignore SA1019 core/v1 Events: what docs/events.md, kubectl get events and the tests read
 		Recorder: mgr.GetEventRecorderFor("bloodraven"), Metrics: m, ProbeInterval: opts.probeInterval,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {

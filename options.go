@@ -104,6 +104,9 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
+	if o.printVersionAndExit { // needs no configuration
+		return o, nil
+	}
 	return o, o.validate()
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"os"
 	"strings"
 	"testing"
 )
@@ -97,5 +98,24 @@ func TestProductionLoggerIsJSON(t *testing.T) {
 	}
 	if !log.Enabled() || log.V(1).Enabled() {
 		t.Fatalf("level 0 logger: info enabled=%v, debug enabled=%v", log.Enabled(), log.V(1).Enabled())
+	}
+}
+
+func TestVersionNeedsNoConfigurationAndIsTheRelease(t *testing.T) {
+	o, err := parseOptions([]string{"--version"}, func(string) string { return "" }, io.Discard)
+	if err != nil || !o.printVersionAndExit {
+		t.Fatalf("--version without any configuration: %+v, %v", o, err)
+	}
+	release, err := os.ReadFile("VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := Version(); !strings.HasPrefix(v, strings.TrimSpace(string(release))) || strings.TrimSpace(string(release)) == "" {
+		t.Fatalf("Version() = %q, want the release %q", v, release)
+	}
+	version = "9.9.9+abc"
+	defer func() { version = "" }()
+	if Version() != "9.9.9+abc" {
+		t.Fatal("a stamped version is not used")
 	}
 }

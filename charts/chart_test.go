@@ -243,7 +243,8 @@ func TestRenderedManifestsAreAcceptedByTheAPIServer(t *testing.T) {
 	kinds := map[string]int{}
 	for _, o := range objs {
 		kinds[o.GetKind()]++
-		err := c.Patch(ctx, o, client.Apply, client.DryRunAll, client.FieldOwner("helm-chart-test"), client.ForceOwnership) //nolint:staticcheck // unstructured apply
+		//lint:ignore SA1019 a server-side apply of arbitrary unstructured objects; client.Client.Apply takes typed apply configurations
+		err := c.Patch(ctx, o, client.Apply, client.DryRunAll, client.FieldOwner("helm-chart-test"), client.ForceOwnership)
 		if err != nil {
 			t.Errorf("%s %s rejected: %v", o.GetKind(), o.GetName(), err)
 		}
@@ -280,5 +281,27 @@ func TestAlertsAndDashboardAreValidPromQL(t *testing.T) {
 		if !strings.Contains(string(doc), "`"+base+"`") {
 			t.Errorf("docs/metrics.md does not document %s", base)
 		}
+	}
+}
+
+func TestTheChartFollowsTheRelease(t *testing.T) {
+	release, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(chartDir(), "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart struct {
+		Version    string `json:"version"`
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(b, &chart); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.TrimSpace(string(release))
+	if chart.Version != want || chart.AppVersion != want {
+		t.Fatalf("Chart.yaml version %q, appVersion %q; VERSION says %q", chart.Version, chart.AppVersion, want)
 	}
 }

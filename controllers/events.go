@@ -28,6 +28,10 @@ var (
 	EventTransitionRolledBack    = eventKind{corev1.EventTypeWarning, "TransitionRolledBack", "%s rolled back: site %s fenced read-only, generation unchanged: %s"}
 )
 
+// allEvents is every Event above; docs/events.md documents each.
+var allEvents = []eventKind{EventDeploymentLeaseRevoked, EventPlannedFailoverDeferred, EventBootstrapped, EventPromoted,
+	EventEmergencyFailover, EventSiteFenced, EventOperationCompleted, EventOperationFailed, EventTransitionRolledBack}
+
 func (e eventKind) emit(r record.EventRecorder, obj runtime.Object, args ...any) {
 	if r == nil {
 		return

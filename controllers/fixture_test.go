@@ -116,7 +116,8 @@ func (f *fixture) settle() ctrl.Result {
 	f.t.Helper()
 	for i := 0; i < 10; i++ {
 		res := f.reconcile()
-		if !res.Requeue { //nolint:staticcheck // Requeue marks "probe again now"
+		//lint:ignore SA1019 Requeue marks "probe again now" (see Reconcile)
+		if !res.Requeue {
 			return res
 		}
 	}

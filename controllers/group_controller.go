@@ -120,6 +120,7 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, err
 	}
 	if acted { // the data plane changed: probe again before anything else
+		//lint:ignore SA1019 Requeue (with the rate limiter's backoff) is "probe again now"; no fixed RequeueAfter fits
 		return ctrl.Result{Requeue: true}, nil
 	}
 	// 3. Planned operations.

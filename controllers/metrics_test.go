@@ -3,9 +3,13 @@ package controllers
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,6 +17,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/testenv"
 )
 
 // deferralAge reads the age series of op, or -1 when it is absent.
@@ -112,5 +117,43 @@ func TestStatusWriteErrorsAreCountedByCause(t *testing.T) {
 		if got := testutil.ToFloat64(m.StatusWriteErrors.WithLabelValues("ns", "orders", want)); got != 1 {
 			t.Errorf("%s: count %v, want 1", want, got)
 		}
+	}
+}
+
+func TestEveryEventAndMetricIsDocumented(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "docs", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	events := read("events.md")
+	for _, e := range allEvents {
+		if !strings.Contains(events, fmt.Sprintf("| `%s` | %s |", e.Reason, e.Type)) {
+			t.Errorf("docs/events.md has no row for %s (%s)", e.Reason, e.Type)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg, clocktesting.NewFakeClock(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "g"},
+		Status: v1.MysqlFailoverGroupStatus{UpdatePhase: v1.PhaseDeferred}}
+	m.initGroup(g)
+	m.observeGroup(g)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := read("metrics.md")
+	for _, f := range fams {
+		if !strings.Contains(metrics, "| `"+f.GetName()+"` |") {
+			t.Errorf("docs/metrics.md has no row for %s", f.GetName())
+		}
+	}
+	if len(fams) < 8 {
+		t.Fatalf("only %d metric families gathered", len(fams))
 	}
 }

@@ -63,7 +63,8 @@ func TestEmergencyFailoverWhileLeaseUpdatesAreDenied(t *testing.T) {
 	start := f.clock.Now()
 	for i := 0; i < 20 && f.get().Status.TopologyGeneration != 2; i++ {
 		res, _ := f.reconcileTolerant()
-		if res.RequeueAfter > 0 && !res.Requeue { //nolint:staticcheck // Requeue marks "probe again now"
+		//lint:ignore SA1019 Requeue marks "probe again now" (see Reconcile)
+		if res.RequeueAfter > 0 && !res.Requeue {
 			f.clock.Step(min(res.RequeueAfter, 10*time.Second))
 		}
 	}

@@ -227,6 +227,14 @@ func TestPlaygroundComesUpAsDocumented(t *testing.T) {
 		}
 	})
 
+	t.Run("bloodraven --version prints the release", func(t *testing.T) {
+		out, err := exec.Command(cfg.OperatorBinary, "--version").CombinedOutput()
+		release, _ := os.ReadFile(filepath.Join(root, "VERSION"))
+		if err != nil || !strings.HasPrefix(string(out), strings.TrimSpace(string(release))) || len(release) < 5 {
+			t.Fatalf("--version: %q, %v; VERSION is %q", out, err, release)
+		}
+	})
+
 	t.Run("the operator runs as its own ServiceAccount, not as cluster-admin", func(t *testing.T) {
 		rc, err := clientcmd.BuildConfigFromFlags("", p.Paths.OperatorKubeconfig)
 		if err != nil {

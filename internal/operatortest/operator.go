@@ -139,6 +139,7 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 	must(t, err)
 	r := &controllers.GroupReconciler{
 		Client: mgr.GetClient(), API: mgr.GetAPIReader(), Leases: store, Driver: o.Driver, Clock: o.Clock,
+		//lint:ignore SA1019 core/v1 Events, as the operator's binary records them
 		Recorder: mgr.GetEventRecorderFor("bloodraven"), Metrics: m, ProbeInterval: time.Second,
 	}
 	must(t, r.SetupWithManager(mgr))
