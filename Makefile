@@ -83,7 +83,7 @@ $(RULECHECK): hack/tools/rulecheck/go.mod hack/tools/rulecheck/go.sum hack/tools
 
 ##@ Generate
 
-GENERATED_DIRS := api config charts/bloodraven/crds charts/bloodraven/files
+GENERATED_DIRS := api config charts/bloodraven/crds charts/bloodraven/files docs/crds.md
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, CRDs and RBAC from the Go types and markers.
@@ -95,6 +95,8 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, CRDs and RBAC from the Go ty
 	cp config/crd/*.yaml charts/bloodraven/crds/
 	cp config/rbac/role.yaml charts/bloodraven/files/clusterrole.yaml
 	cp config/webhook/manifests.yaml charts/bloodraven/files/webhooks.yaml
+	@# The CRD reference, from the same generated schemas.
+	$(GO) run ./hack/crddoc config/crd > docs/crds.md
 
 .PHONY: check-generate
 check-generate: generate ## Fail when generated files differ from what is committed.

@@ -272,6 +272,10 @@ func addGroupController(mgr ctrl.Manager, opts options, store *leasestore.Store,
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("group controller: %w", err)
 	}
+	db := &controllers.DatabaseReconciler{Client: mgr.GetClient(), API: mgr.GetAPIReader(), Clock: clk}
+	if err := db.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("database controller: %w", err)
+	}
 	return nil
 }
 

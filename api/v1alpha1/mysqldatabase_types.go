@@ -62,7 +62,9 @@ type MysqlDatabaseStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions describe the database's state.
+	// Conditions describe the database's state: GroupFound (spec.groupRef
+	// names an existing group) and DeploymentClients (at least one
+	// ServiceAccount may call the deployment API for it).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

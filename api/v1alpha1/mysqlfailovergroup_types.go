@@ -335,8 +335,11 @@ type MysqlFailoverGroupStatus struct {
 	// +optional
 	RestoreInPlace OperationPhase `json:"restoreInPlace,omitempty"`
 
-	// DragonflyUpgrade is the phase of a Dragonfly upgrade; empty when none
-	// runs.
+	// DragonflyUpgrade is the phase of a Dragonfly (cache tier) upgrade;
+	// empty when none runs. The operator's Dragonfly upgrade controller owns
+	// it, which is not part of this component: Bloodraven never writes it,
+	// and reports it (GET operations.dragonflyUpgrade; an active phase makes
+	// stable false).
 	// +optional
 	DragonflyUpgrade OperationPhase `json:"dragonflyUpgrade,omitempty"`
 

@@ -1,0 +1,106 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+)
+
+// Condition types of a MysqlDatabase.
+const (
+	// DatabaseGroupFound: spec.groupRef names a MysqlFailoverGroup that
+	// exists in the database's namespace.
+	DatabaseGroupFound = "GroupFound"
+	// DatabaseDeploymentClients: spec.deploymentClients lists at least one
+	// ServiceAccount; False means the deployment API refuses every caller
+	// for this database.
+	DatabaseDeploymentClients = "DeploymentClients"
+)
+
+// DatabaseReconciler writes a MysqlDatabase's status: whether its group
+// exists, and whether anyone may coordinate deployments for it. It decides
+// nothing else; authorization is read from the spec on every API request.
+type DatabaseReconciler struct {
+	Client client.Client
+	API    client.Reader
+	Clock  clock.PassiveClock
+}
+
+// Reconcile writes the database's conditions when they changed.
+func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	db := &v1.MysqlDatabase{}
+	if err := r.API.Get(ctx, req.NamespacedName, db); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	persisted := db.Status.DeepCopy()
+	now := metav1.NewTime(r.Clock.Now())
+	set := func(typ string, ok bool, yes, no, msg string) {
+		c := metav1.Condition{Type: typ, Status: metav1.ConditionFalse, Reason: no, Message: msg, ObservedGeneration: db.Generation, LastTransitionTime: now}
+		if ok {
+			c.Status, c.Reason = metav1.ConditionTrue, yes
+		}
+		if old := meta.FindStatusCondition(db.Status.Conditions, typ); old != nil && old.Status == c.Status {
+			c.LastTransitionTime = old.LastTransitionTime
+		}
+		meta.SetStatusCondition(&db.Status.Conditions, c)
+	}
+	g := &v1.MysqlFailoverGroup{}
+	err := r.API.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: db.Spec.GroupRef.Name}, g)
+	switch {
+	case apierrors.IsNotFound(err):
+		set(DatabaseGroupFound, false, "", "GroupNotFound", fmt.Sprintf("no MysqlFailoverGroup %q in namespace %s", db.Spec.GroupRef.Name, db.Namespace))
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("group of database: %w", err)
+	default:
+		set(DatabaseGroupFound, true, "Found", "", fmt.Sprintf("MysqlFailoverGroup %s", g.Name))
+	}
+	n := len(db.Spec.DeploymentClients)
+	set(DatabaseDeploymentClients, n > 0, "Listed", "NoneListed",
+		map[bool]string{true: fmt.Sprintf("%d ServiceAccount(s) may coordinate deployments", n), false: "no ServiceAccount may call the deployment API for this database"}[n > 0])
+	db.Status.ObservedGeneration = db.Generation
+	if equality.Semantic.DeepEqual(persisted, &db.Status) {
+		return ctrl.Result{}, nil
+	}
+	if err := r.Client.Status().Update(ctx, db); err != nil {
+		return ctrl.Result{}, fmt.Errorf("write database status: %w", err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// SetupWithManager registers the controller: databases, and the groups they
+// name (a group created or deleted changes GroupFound).
+func (r *DatabaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1.MysqlDatabase{}).
+		Watches(&v1.MysqlFailoverGroup{}, handler.EnqueueRequestsFromMapFunc(r.databasesOf(mgr.GetClient()))).
+		Complete(r)
+}
+
+// databasesOf maps a group to the databases in its namespace that name it.
+func (r *DatabaseReconciler) databasesOf(c client.Reader) handler.MapFunc {
+	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		var list v1.MysqlDatabaseList
+		if err := c.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
+			return nil
+		}
+		var out []reconcile.Request
+		for _, db := range list.Items {
+			if db.Spec.GroupRef.Name == obj.GetName() {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&db)})
+			}
+		}
+		return out
+	}
+}
