@@ -19,8 +19,9 @@
 //   - When either lease is lost (revoked, expired, token refused, a new
 //     topology generation, or no renewal confirmed --grace before the
 //     deadline) COMMAND's process group gets SIGTERM, then SIGKILL after
-//     --grace: it is gone by the lease's confirmed deadline. --grace is at
-//     most ttl/3 (default ttl/3, at most 10 s).
+//     --grace, and no later than 250 ms before the lease's confirmed
+//     deadline: it is gone by then. --grace is at most ttl/3 (default
+//     ttl/3, at most 10 s).
 //   - Whatever COMMAND left running in its group is stopped the same way
 //     before any lease is released.
 //     Then the hold is released; before the DDL boundary the --on-abort

@@ -126,7 +126,10 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv fun
 		Client: client, Group: f.group, Instance: f.instance, OperationID: f.operationID,
 		TTL: time.Duration(f.ttl) * time.Second, Wait: f.wait,
 		Progress: func(m string) { logf("%s", m) },
-		Margin:   f.grace,
+		// The loss is declared a little more than --grace before the
+		// deadline (the session caps it at ttl/3), so that SIGTERM, the
+		// grace and SIGKILL all fit before the deadline.
+		Margin: f.grace + killSlack,
 	})
 	close(acquired)
 	<-watcher
@@ -208,8 +211,8 @@ wait:
 		case <-r.sess.Lost():
 			lost = true
 			r.logf("AUTHORITY LOST: %v", r.sess.Err())
-			r.logf("stopping %q: SIGTERM, then SIGKILL after %s (by the lease's deadline)", commandLine(command), r.f.grace)
-			childErr = stop(pid, exited, r.f.grace)
+			r.logf("stopping %q: SIGTERM, then SIGKILL after %s at the latest, before the lease's deadline", commandLine(command), r.f.grace)
+			childErr = stop(pid, exited, r.killBy())
 			break wait
 		case s := <-sigs:
 			r.logf("received %s: passing it on to %q", s, commandLine(command))
@@ -273,11 +276,27 @@ func stopLeftovers(pid int, grace time.Duration, logf func(string, ...any)) {
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 }
 
-// stop sends SIGTERM to the command's process group, then SIGKILL after
-// grace, and returns how the command ended.
-func stop(pid int, exited <-chan error, grace time.Duration) error {
+// killSlack is how long before the confirmed deadline the command gets
+// SIGKILL at the latest, against late timers on a loaded machine.
+const killSlack = 250 * time.Millisecond
+
+// killBy is when the command gets SIGKILL: --grace from now, and never later
+// than killSlack before the earliest confirmed deadline of the two leases.
+func (r *runner) killBy() time.Time {
+	by := time.Now().Add(r.f.grace)
+	for _, kind := range []string{deployclient.KindMigration, deployclient.KindFailoverHold} {
+		if d := r.sess.Deadline(kind).Add(-killSlack); d.Before(by) {
+			by = d
+		}
+	}
+	return by
+}
+
+// stop sends SIGTERM to the command's process group, then SIGKILL at
+// killBy, and returns how the command ended.
+func stop(pid int, exited <-chan error, killBy time.Time) error {
 	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	t := time.NewTimer(grace)
+	t := time.NewTimer(time.Until(killBy))
 	defer t.Stop()
 	select {
 	case err := <-exited:
