@@ -397,10 +397,19 @@ func decodeError(resp *http.Response, raw []byte) *APIError {
 	} else {
 		e.Code, e.Message, e.Holder, e.Reason, e.Generation = b.Error, b.Message, b.Holder, b.Reason, b.TopologyGeneration
 	}
-	if b.RetryAfterSeconds > 0 {
-		e.RetryAfter = time.Duration(b.RetryAfterSeconds) * time.Second
-	} else if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
-		e.RetryAfter = time.Duration(s) * time.Second
+	// A hint, bounded: a huge value must neither overflow nor park the
+	// client past any deadline it keeps.
+	secs := b.RetryAfterSeconds
+	if secs <= 0 {
+		if s, err := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64); err == nil {
+			secs = s
+		}
+	}
+	if secs > 0 {
+		e.RetryAfter = time.Duration(min(secs, maxRetryAfterSeconds)) * time.Second
 	}
 	return e
 }
+
+// maxRetryAfterSeconds bounds a server's Retry-After hint.
+const maxRetryAfterSeconds = 300

@@ -106,8 +106,8 @@ func FuzzDecodeAnswer(f *testing.F) {
 		_ = e.Error()
 		_ = Transient(e)
 		_ = terminal(KindFailoverHold, e)
-		if e.RetryAfter < 0 {
-			t.Fatalf("negative Retry-After %v", e.RetryAfter)
+		if e.RetryAfter < 0 || e.RetryAfter > maxRetryAfterSeconds*time.Second {
+			t.Fatalf("Retry-After %v outside [0, %ds]", e.RetryAfter, maxRetryAfterSeconds)
 		}
 	})
 }
