@@ -300,9 +300,6 @@ func (s *Session) forget(ctx context.Context, l *lease) {
 // Generation is the topology generation both leases were granted under.
 func (s *Session) Generation() int64 { return s.generation }
 
-// OperationID is the session's operation.
-func (s *Session) OperationID() string { return s.cfg.OperationID }
-
 // TTL is the ttl the server granted the migration lease.
 func (s *Session) TTL() time.Duration {
 	_, ttl, _, _ := s.mig.snapshot()

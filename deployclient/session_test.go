@@ -122,6 +122,16 @@ func (s *scene) acquire(op string, ttl time.Duration) *deployclient.Session {
 	return sess
 }
 
+// waitUntil polls cond until it holds, or fails the test after timeout.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(timeout); !cond(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("no %s within %s", what, timeout)
+		}
+	}
+}
+
 // leaseOf is "kind/operationId" of a lease path.
 func leaseOf(path string) string {
 	parts := strings.Split(path, "/")
@@ -175,13 +185,10 @@ func TestSuccessReleasesTheHoldThenRecordsThenReleasesTheMutex(t *testing.T) {
 		}
 		return n
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for n := renewals(); n["migration/op-ok"] < 2 || n["failover-hold/op-ok"] < 2; n = renewals() {
-		if time.Now().After(deadline) {
-			t.Fatalf("renewals %v after 30 s at ttl 6 s, want at least 2 of each", n)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitUntil(t, 30*time.Second, "2 renewals of each lease at ttl 6 s", func() bool {
+		n := renewals()
+		return n["migration/op-ok"] >= 2 && n["failover-hold/op-ok"] >= 2
+	})
 	var order []string
 	recorded := func(context.Context) error {
 		for _, c := range s.rec.all() {
@@ -360,21 +367,25 @@ func TestARotatedTokenFileIsPickedUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	rotated := time.Now()
-	time.Sleep(4 * time.Second)
 	oldHash, newHash := sha256.Sum256(old), sha256.Sum256([]byte(fresh))
 	var after, withNew, withOld int
-	for _, c := range s.rec.all() {
-		if c.at.Before(rotated.Add(100 * time.Millisecond)) {
-			continue
+	count := func() bool {
+		after, withNew, withOld = 0, 0, 0
+		for _, c := range s.rec.all() {
+			if c.at.Before(rotated.Add(100 * time.Millisecond)) {
+				continue
+			}
+			after++
+			switch c.tokenHash {
+			case newHash:
+				withNew++
+			case oldHash:
+				withOld++
+			}
 		}
-		after++
-		switch c.tokenHash {
-		case newHash:
-			withNew++
-		case oldHash:
-			withOld++
-		}
+		return after >= 2 // a renewal of each lease
 	}
+	waitUntil(t, 30*time.Second, "two requests after the rotation", count)
 	if after == 0 || withOld != 0 || withNew != after {
 		t.Fatalf("after the rotation: %d requests, %d with the new token, %d with the old", after, withNew, withOld)
 	}
@@ -466,19 +477,22 @@ func TestALostGrantAnswerIsReGrantedAndTheNewTokenUsed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second)
-	if sess.Err() != nil {
-		t.Fatalf("lost after a re-grant: %v", sess.Err())
-	}
 	var posts []int
 	renewed := 0
-	for _, c := range rec.all() {
-		if c.method == http.MethodPost {
-			posts = append(posts, c.status)
+	waitUntil(t, 30*time.Second, "2 renewals after the re-grant", func() bool {
+		posts, renewed = nil, 0
+		for _, c := range rec.all() {
+			if c.method == http.MethodPost {
+				posts = append(posts, c.status)
+			}
+			if c.method == http.MethodPut && c.status == 200 {
+				renewed++
+			}
 		}
-		if c.method == http.MethodPut && c.status == 200 {
-			renewed++
-		}
+		return renewed >= 2 || sess.Err() != nil
+	})
+	if sess.Err() != nil {
+		t.Fatalf("lost after a re-grant: %v", sess.Err())
 	}
 	// The dropped grant, its re-grant (200: same operation, new token), the hold.
 	if len(posts) != 3 || posts[0] != -1 || posts[1] != http.StatusOK || posts[2] != http.StatusCreated {
