@@ -28,7 +28,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/controllers"
@@ -150,12 +149,13 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
+	tlsServer := server.NewTLSServer(tlsOpts)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        bloodravenscheme.New(),
 		Cache:                         cache.Options{ByObject: leasestore.CacheByObject()},
 		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
 		HealthProbeBindAddress:        opts.probeAddr,
-		WebhookServer:                 webhook.NewServer(tlsOpts),
+		WebhookServer:                 tlsServer,
 		LeaderElection:                opts.leaderElection,
 		LeaderElectionID:              opts.leaderElectionID,
 		LeaderElectionNamespace:       opts.leaderElectionNS,
@@ -183,7 +183,7 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 		return err
 	}
 	if opts.deployAPI {
-		if err := addDeployAPI(mgr, cfg, opts, &leader, store, clk, log); err != nil {
+		if err := addDeployAPI(mgr, tlsServer, cfg, opts, &leader, store, clk, log); err != nil {
 			return err
 		}
 	}
@@ -219,9 +219,10 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 }
 
 // addDeployAPI mounts /deploy/v1 on the TLS listener. Leases are read from
-// the manager's cache and written with resourceVersion preconditions;
-// databases and groups are read uncached on every request.
-func addDeployAPI(mgr ctrl.Manager, cfg *rest.Config, opts options, leader *server.LeaderState, store *leasestore.Store, clk clock.PassiveClock, log logr.Logger) error {
+// the manager's cache and written with resourceVersion preconditions; the
+// cache proposes the databases that may authorize a caller, and each is
+// read uncached by name, as is the group, on every request.
+func addDeployAPI(mgr ctrl.Manager, tlsServer *server.TLSServer, cfg *rest.Config, opts options, leader *server.LeaderState, store *leasestore.Store, clk clock.PassiveClock, log logr.Logger) error {
 	// TokenReviews are built-in types: speak protobuf to the API server.
 	pcfg := rest.CopyConfig(cfg)
 	pcfg.ContentType = "application/vnd.kubernetes.protobuf"
@@ -230,21 +231,25 @@ func addDeployAPI(mgr ctrl.Manager, cfg *rest.Config, opts options, leader *serv
 	if err != nil {
 		return fmt.Errorf("deploy API clientset: %w", err)
 	}
+	if err := deployapi.IndexDatabases(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	api, err := deployapi.New(deployapi.Config{
-		Audience: opts.deployAudience,
-		IsLeader: leader.IsLeader,
-		Clock:    clk,
-		Kube:     kube,
-		API:      mgr.GetAPIReader(),
-		Leases:   store,
-		Log:      log.WithName("deployapi"),
-		Metrics:  ctrlmetrics.Registry,
-		Groups:   mgr.GetCache(),
+		Audience:  opts.deployAudience,
+		IsLeader:  leader.IsLeader,
+		Clock:     clk,
+		Kube:      kube,
+		API:       mgr.GetAPIReader(),
+		Databases: mgr.GetCache(),
+		Leases:    store,
+		Log:       log.WithName("deployapi"),
+		Metrics:   ctrlmetrics.Registry,
+		Groups:    mgr.GetCache(),
 	})
 	if err != nil {
 		return err
 	}
-	mgr.GetWebhookServer().Register(deployapi.PathPrefix, api.Handler())
+	tlsServer.HandleDeploy(api.Handler())
 	return nil
 }
 

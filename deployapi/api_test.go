@@ -123,6 +123,7 @@ func TestAuthorization(t *testing.T) {
 		if err := env.Client.Update(f.ctx, db); err != nil {
 			t.Fatal(err)
 		}
+		waitDatabaseCached(t, db) // an added client may be refused until the cache proposes it
 		if r := f.do(http.MethodGet, groupPath, f.token, nil); r.status != http.StatusOK {
 			t.Fatalf("after restoring: %d %s", r.status, r.raw)
 		}

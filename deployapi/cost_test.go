@@ -56,7 +56,7 @@ func (f *fixture) countingServer(t testing.TB, log *requestLog) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{IsLeader: func() bool { return true }, Clock: f.clock, Kube: kube, API: c,
+	s, err := New(Config{IsLeader: func() bool { return true }, Clock: f.clock, Kube: kube, API: c, Databases: leaseCache,
 		Leases: &leasestore.Store{Client: c, Cached: leaseCache, API: c, Clock: f.clock}, Log: f.srv.log})
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +65,7 @@ func (f *fixture) countingServer(t testing.TB, log *requestLog) *Server {
 }
 
 // DESIGN §4's cost budget: a steady renewal costs one uncached read for
-// authorization, the fence read and one Lease write with the cached
+// authorization (a GET of the database by name, never a LIST), the fence read and one Lease write with the cached
 // resourceVersion — the TokenReview is amortized by the cache, and there is
 // no GET of the Lease before the write.
 func TestSteadyRenewalCostsThreeAPIRequests(t *testing.T) {
@@ -87,11 +87,11 @@ func TestSteadyRenewalCostsThreeAPIRequests(t *testing.T) {
 		t.Fatalf("renew: %d %s", r.status, r.raw)
 	}
 	reqs := log.take()
-	var lists, groupGets, leaseWrites, other int
+	var dbGets, groupGets, leaseWrites, other int
 	for _, q := range reqs {
 		switch {
-		case strings.HasPrefix(q, "GET ") && strings.HasSuffix(q, "/mysqldatabases"):
-			lists++
+		case strings.HasPrefix(q, "GET ") && strings.HasSuffix(q, "/mysqldatabases/counter-app"):
+			dbGets++
 		case strings.HasPrefix(q, "GET ") && strings.Contains(q, "/mysqlfailovergroups/"):
 			groupGets++
 		case strings.HasPrefix(q, "PUT ") && strings.Contains(q, "/leases/"):
@@ -100,8 +100,8 @@ func TestSteadyRenewalCostsThreeAPIRequests(t *testing.T) {
 			other++
 		}
 	}
-	if lists != 1 || groupGets != 1 || leaseWrites != 1 || other != 0 {
-		t.Fatalf("a steady renewal made %d requests %v; want 1 database list, 1 group read, 1 lease write", len(reqs), reqs)
+	if dbGets != 1 || groupGets != 1 || leaseWrites != 1 || other != 0 {
+		t.Fatalf("a steady renewal made %d requests %v; want 1 database read by name, 1 group read, 1 lease write", len(reqs), reqs)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -123,10 +124,16 @@ func readBody(r *http.Request) ([]byte, *apiError) {
 	return b, nil
 }
 
-// decodeStrict decodes exactly one JSON object with no unknown fields.
-func decodeStrict(b []byte, into any) *apiError {
+// decodeStrict decodes exactly one JSON object whose member names are all
+// in fields, exactly (encoding/json alone matches names case-insensitively
+// and lets a repeated member's last value win; the contract makes both a
+// 400).
+func decodeStrict(b []byte, into any, fields ...string) *apiError {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return errBadRequest("a JSON object body is required")
+	}
+	if e := checkMembers(b, fields); e != nil {
+		return e
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -137,6 +144,43 @@ func decodeStrict(b []byte, into any) *apiError {
 		return errBadRequest("malformed JSON body: data after the object")
 	}
 	return nil
+}
+
+// checkMembers walks the top-level object of b: every member name must be
+// one of fields, spelled exactly, and appear once.
+func checkMembers(b []byte, fields []string) *apiError {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return errBadRequest("malformed JSON body: want a JSON object")
+	}
+	seen := make(map[string]bool, len(fields))
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return errBadRequest("malformed JSON body: " + jsonErrorText(err))
+		}
+		name, _ := t.(string)
+		if !slices.Contains(fields, name) {
+			return errBadRequest(fmt.Sprintf("unknown field %q (field names are case-sensitive)", clip(name)))
+		}
+		if seen[name] {
+			return errBadRequest(fmt.Sprintf("field %q is repeated", name))
+		}
+		seen[name] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return errBadRequest("malformed JSON body: " + jsonErrorText(err))
+		}
+	}
+	return nil // the closing brace and what follows are checked by the decode
+}
+
+// clip bounds caller text quoted back in a message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }
 
 // jsonErrorText keeps decoder messages short and free of Go type names.
@@ -156,7 +200,7 @@ func jsonErrorText(err error) string {
 // decodeGrant parses and validates a grant body.
 func decodeGrant(b []byte) (grantRequest, leases.Kind, *apiError) {
 	var req grantRequest
-	if e := decodeStrict(b, &req); e != nil {
+	if e := decodeStrict(b, &req, "kind", "operationId", "instance", "ttlSeconds"); e != nil {
 		return req, "", e
 	}
 	kind, e := parseKind(req.Kind)
@@ -176,7 +220,7 @@ func decodeGrant(b []byte) (grantRequest, leases.Kind, *apiError) {
 // it is answered token_mismatch by the lease decision.
 func decodeRenew(b []byte) (renewRequest, *apiError) {
 	var req renewRequest
-	if e := decodeStrict(b, &req); e != nil {
+	if e := decodeStrict(b, &req, "token", "ttlSeconds"); e != nil {
 		return req, e
 	}
 	if len(req.Token) > 1024 {

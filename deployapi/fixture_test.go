@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,10 @@ func TestMain(m *testing.M) {
 			return nil, err
 		}
 		ctx, cancel := context.WithCancel(context.Background())
+		if err := IndexDatabases(ctx, c); err != nil {
+			cancel()
+			return nil, err
+		}
 		go func() { _ = c.Start(ctx) }()
 		if !c.WaitForCacheSync(ctx) {
 			cancel()
@@ -50,6 +55,10 @@ func TestMain(m *testing.M) {
 		}
 		// Start the Lease informer now rather than on the first request.
 		if err := c.List(ctx, &coordinationv1.LeaseList{}); err != nil {
+			cancel()
+			return nil, err
+		}
+		if err := c.List(ctx, &v1.MysqlDatabaseList{}); err != nil {
 			cancel()
 			return nil, err
 		}
@@ -112,14 +121,15 @@ func (f *fixture) newServer() *Server {
 		reg = prometheus.NewRegistry()
 	}
 	s, err := New(Config{
-		IsLeader: f.leader.Load,
-		Clock:    f.clock,
-		Kube:     env.Kube,
-		API:      env.Client,
-		Leases:   f.store,
-		Log:      funcr.NewJSON(func(obj string) { f.logs.add(obj) }, funcr.Options{}),
-		Metrics:  reg,
-		Groups:   env.Client,
+		IsLeader:  f.leader.Load,
+		Clock:     f.clock,
+		Kube:      env.Kube,
+		API:       env.Client,
+		Databases: leaseCache,
+		Leases:    f.store,
+		Log:       funcr.NewJSON(func(obj string) { f.logs.add(obj) }, funcr.Options{}),
+		Metrics:   reg,
+		Groups:    env.Client,
 	})
 	if err != nil {
 		f.t.Fatal(err)
@@ -153,6 +163,30 @@ func (f *fixture) createDatabase(ns, name, group string, clients ...v1.Deploymen
 	if err := env.Client.Create(f.ctx, db); err != nil {
 		f.t.Fatal(err)
 	}
+	waitDatabaseCached(f.t, db)
+}
+
+// revision reads a resourceVersion as the etcd revision it is on a real API
+// server (opaque to clients in general; tests may rely on it).
+func revision(rv string) uint64 {
+	n, _ := strconv.ParseUint(rv, 10, 64)
+	return n
+}
+
+// waitDatabaseCached waits until the cache that proposes authorization
+// candidates holds db at its stored resourceVersion (or a later one).
+func waitDatabaseCached(t testing.TB, db *v1.MysqlDatabase) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		got := &v1.MysqlDatabase{}
+		err := leaseCache.Get(context.Background(), client.ObjectKeyFromObject(db), got)
+		if err == nil && revision(got.ResourceVersion) >= revision(db.ResourceVersion) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("the database cache never saw %s/%s at resourceVersion %s", db.Namespace, db.Name, db.ResourceVersion)
 }
 
 // serviceAccountToken creates the ServiceAccount if needed and returns a real

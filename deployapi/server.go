@@ -1,7 +1,6 @@
 package deployapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leasestore"
 )
 
@@ -32,8 +32,13 @@ type Config struct {
 	Clock clock.PassiveClock
 	// Kube performs TokenReviews.
 	Kube kubernetes.Interface
-	// API reads MysqlDatabases and groups uncached.
+	// API reads MysqlDatabases and groups uncached: these reads decide
+	// authorization and carry the fence.
 	API client.Reader
+	// Databases proposes the MysqlDatabases that may authorize a caller: a
+	// cache with the index of IndexDatabases. It never decides. Nil uses
+	// API (an uncached LIST per request: tests and tools only).
+	Databases client.Reader
 	// Leases stores deployment leases.
 	Leases *leasestore.Store
 	// Log receives one line per request.
@@ -52,6 +57,7 @@ type Config struct {
 type Server struct {
 	cfg     Config
 	api     client.Reader
+	dbs     client.Reader
 	leases  *leasestore.Store
 	clock   clock.PassiveClock
 	authn   *authenticator
@@ -74,9 +80,13 @@ func New(cfg Config) (*Server, error) {
 	if cfg.IsLeader == nil || cfg.Clock == nil || cfg.Kube == nil || cfg.API == nil || cfg.Leases == nil {
 		return nil, errors.New("deployapi: IsLeader, Clock, Kube, API and Leases are required")
 	}
+	if cfg.Databases == nil {
+		cfg.Databases = cfg.API
+	}
 	s := &Server{
 		cfg:    cfg,
 		api:    cfg.API,
+		dbs:    cfg.Databases,
 		leases: cfg.Leases,
 		clock:  cfg.Clock,
 		authn:  newAuthenticator(cfg.Kube, cfg.Audience, cfg.Clock, cfg.AuthCacheTTL, cfg.AuthCacheSize),
@@ -93,12 +103,12 @@ func New(cfg Config) (*Server, error) {
 	r.RedirectFixedPath = false
 	r.HandleMethodNotAllowed = true
 	r.HandleOPTIONS = false
-	r.GET("/deploy/v1/groups/:group", s.wrap("get_group", s.getGroup))
-	r.POST("/deploy/v1/groups/:group/leases", s.wrap("grant", s.grant))
-	r.PUT("/deploy/v1/groups/:group/leases/:kind/:operationId", s.wrap("renew", s.renew))
-	r.DELETE("/deploy/v1/groups/:group/leases/:kind/:operationId", s.wrap("release", s.release))
-	notAllowed := s.wrap("method_not_allowed", func(*request) (int, any, error) { return 0, nil, errMethodNotAllowed })
-	notFound := s.wrap("not_found", func(*request) (int, any, error) { return 0, nil, errNotFound })
+	r.GET("/deploy/v1/groups/:group", s.wrap(route{"get_group", parseGetGroup, s.getGroup}))
+	r.POST("/deploy/v1/groups/:group/leases", s.wrap(route{"grant", parseGrant, s.grant}))
+	r.PUT("/deploy/v1/groups/:group/leases/:kind/:operationId", s.wrap(route{"renew", parseRenew, s.renew}))
+	r.DELETE("/deploy/v1/groups/:group/leases/:kind/:operationId", s.wrap(route{"release", parseRelease, s.release}))
+	notAllowed := s.wrap(route{name: "method_not_allowed", parse: refuse(errMethodNotAllowed)})
+	notFound := s.wrap(route{name: "not_found", parse: refuse(errNotFound)})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { notAllowed(w, req, nil) })
 	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { notFound(w, req, nil) })
 	r.PanicHandler = func(w http.ResponseWriter, req *http.Request, v any) {
@@ -109,78 +119,86 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Handler serves the API.
-func (s *Server) Handler() http.Handler { return s.router }
-
-// request is what a handler sees: the authenticated caller, the path
-// parameters, and the log fields it fills in as it learns them.
-type request struct {
-	ctx      context.Context
-	http     *http.Request
-	params   httprouter.Params
-	identity Identity
-	// log and metric fields
-	group, namespace, instance, operationID string
-	authorized                              bool
+// refuse is the parser of a path that names no route: after leadership and
+// authentication, it answers e.
+func refuse(e *apiError) parser {
+	return func(*http.Request, httprouter.Params, *call) *apiError { return e }
 }
 
-type handlerFunc func(r *request) (status int, body any, err error)
+// Handler serves the API. Give it every path under /deploy/ as sent: it
+// answers JSON for all of them (404 not_found when no route matches),
+// never a redirect.
+func (s *Server) Handler() http.Handler { return s.router }
 
-// wrap runs the checks every route shares — leadership, then
-// authentication — calls h, writes the answer, and records one log line and
-// the request metrics.
-func (s *Server) wrap(name string, h handlerFunc) httprouter.Handle {
+// wrap turns a route into a handler: one straight line of checks in the
+// contract's order (leadership, authentication, the path and body, then
+// authorization), then the route's action. It writes the answer and derives
+// the request's one log line and its metrics from the call and the result.
+func (s *Server) wrap(rt route) httprouter.Handle {
 	return func(w http.ResponseWriter, hr *http.Request, ps httprouter.Params) {
 		start := s.clock.Now()
-		req := &request{ctx: hr.Context(), http: hr, params: ps}
-		status, body, err := s.serve(req, h)
+		c := call{route: rt.name}
+		g, res := s.serve(hr, ps, rt, &c)
 		var ae *apiError
-		if err != nil {
-			ae = errFromKube(err)
-			status = ae.status
+		if res.err != nil {
+			ae = errFromKube(res.err)
+			res.status = ae.status
 			ae.headers(w.Header())
-			writeJSON(w, status, ae.body())
-		} else if status == http.StatusNoContent {
-			w.WriteHeader(status)
+			writeJSON(w, ae.status, ae.body())
+		} else if res.status == http.StatusNoContent {
+			w.WriteHeader(res.status)
 		} else {
-			writeJSON(w, status, body)
+			writeJSON(w, res.status, res.body)
 		}
-		s.record(name, req, status, s.clock.Since(start), ae)
+		s.record(&c, g, res, s.clock.Since(start), ae)
 	}
 }
 
-func (s *Server) serve(req *request, h handlerFunc) (status int, body any, err error) {
+// serve runs the checks and the action. g is the group once authorized.
+func (s *Server) serve(hr *http.Request, ps httprouter.Params, rt route, c *call) (g *v1.MysqlFailoverGroup, res result) {
 	defer func() {
 		if v := recover(); v != nil {
-			status, body, err = 0, nil, &apiError{status: http.StatusInternalServerError, code: codeInternal, cause: fmt.Errorf("panic: %v", v)}
+			res = fail(&apiError{status: http.StatusInternalServerError, code: codeInternal, cause: fmt.Errorf("panic: %v", v)})
 		}
 	}()
 	if !s.cfg.IsLeader() {
-		return 0, nil, errNotLeader
+		return nil, fail(errNotLeader)
 	}
-	id, err := s.authn.authenticate(req.ctx, req.http)
+	id, err := s.authn.authenticate(hr.Context(), hr)
 	if err != nil {
-		return 0, nil, err
+		return nil, fail(err)
 	}
-	req.identity = id
-	return h(req)
+	c.identity = id
+	if e := rt.parse(hr, ps, c); e != nil {
+		*c = call{route: c.route, identity: id} // log nothing of a request that did not parse
+		return nil, fail(e)
+	}
+	g, err = s.authorize(hr.Context(), id, c.group, c.instance)
+	if err != nil {
+		return nil, fail(err)
+	}
+	return g, rt.act(hr, c, g)
 }
 
 // record writes the request's log line and metrics. The group label is
 // empty unless the caller was authorized for the group, so arbitrary paths
 // cannot create metric series.
-func (s *Server) record(handler string, req *request, status int, d time.Duration, ae *apiError) {
-	group := ""
-	if req.authorized {
-		group = req.group
+func (s *Server) record(c *call, g *v1.MysqlFailoverGroup, res result, d time.Duration, ae *apiError) {
+	group, namespace := "", ""
+	if g != nil {
+		group, namespace = g.Name, g.Namespace
 	}
-	s.metrics.observe(handler, strconv.Itoa(status), group, d)
+	s.metrics.observe(c.route, strconv.Itoa(res.status), group, d)
+	instance := c.instance
+	if res.instance != "" {
+		instance = res.instance
+	}
 	kv := []any{
-		"handler", handler, "group", req.group, "instance", req.instance, "namespace", req.namespace,
-		"operationId", req.operationID, "status", status, "duration_ms", float64(d.Microseconds()) / 1000,
+		"handler", c.route, "group", c.group, "instance", instance, "namespace", namespace,
+		"operationId", c.operationID, "status", res.status, "duration_ms", float64(d.Microseconds()) / 1000,
 	}
-	if req.identity.Namespace != "" {
-		kv = append(kv, "identity", req.identity.Username())
+	if c.identity.Namespace != "" {
+		kv = append(kv, "identity", c.identity.Username())
 	}
 	if ae != nil && ae.cause != nil {
 		kv = append(kv, "error", ae.cause.Error())

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/shipstream/bloodraven/pki"
 	"github.com/shipstream/bloodraven/testenv"
@@ -74,7 +73,7 @@ func TestTLSListenerReloadsRotatedCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := webhook.NewServer(opts)
+	srv := NewTLSServer(opts)
 	srv.Register("/hello", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, r.Proto)
 	}))

@@ -144,8 +144,9 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 	}
 	must(t, r.SetupWithManager(mgr))
 
+	must(t, deployapi.IndexDatabases(ctx, mgr.GetFieldIndexer()))
 	api, err := deployapi.New(deployapi.Config{
-		IsLeader: func() bool { return true }, Clock: o.Clock, Kube: env.Kube, API: mgr.GetAPIReader(),
+		IsLeader: func() bool { return true }, Clock: o.Clock, Kube: env.Kube, API: mgr.GetAPIReader(), Databases: mgr.GetCache(),
 		Leases: store, Log: quiet(t), Metrics: prometheus.NewRegistry(), Groups: mgr.GetCache(),
 	})
 	must(t, err)

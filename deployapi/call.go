@@ -1,0 +1,179 @@
+package deployapi
+
+import (
+	"net/http"
+
+	"github.com/julienschmidt/httprouter"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/policy"
+)
+
+// call is one request, parsed: the route and every input a handler acts on.
+// It is built from the path and the body before authorization and is not
+// changed afterwards; the request's log line and metrics are derived from
+// it and from the result.
+type call struct {
+	route       string
+	identity    Identity
+	group       string
+	kind        leases.Kind
+	operationID string
+	// instance is the grant's instance: only that database may authorize
+	// the caller. Empty on the other routes.
+	instance string
+	// token is the lease token (the renewal's body, the release's
+	// X-Lease-Token header). Never logged.
+	token string
+	ttl   ttlField
+}
+
+// result is what a handler answers. instance is the lease's instance when
+// the handler learned it (for the log line).
+type result struct {
+	status   int
+	body     any
+	err      error
+	instance string
+}
+
+func ok(status int, body any) result { return result{status: status, body: body} }
+func fail(err error) result          { return result{err: err} }
+
+// parser builds the call of a route from the path and the body: 400 and 413
+// come from here, after authentication and before authorization.
+type parser func(r *http.Request, ps httprouter.Params, c *call) *apiError
+
+// action acts on a parsed, authorized call; g is the group, read fresh.
+type action func(r *http.Request, c *call, g *v1.MysqlFailoverGroup) result
+
+// route is one endpoint of the API.
+type route struct {
+	name  string
+	parse parser
+	act   action
+}
+
+func parseGroupPath(ps httprouter.Params, c *call) *apiError {
+	g := ps.ByName("group")
+	if errs := validation.IsDNS1123Subdomain(g); len(errs) > 0 {
+		return errBadRequest("group must be a MysqlFailoverGroup name")
+	}
+	c.group = g
+	return nil
+}
+
+func parseLeasePath(ps httprouter.Params, c *call) *apiError {
+	if e := parseGroupPath(ps, c); e != nil {
+		return e
+	}
+	op := ps.ByName("operationId")
+	if e := validateOperationID(op); e != nil {
+		return e
+	}
+	c.operationID = op
+	kind, e := parseKind(ps.ByName("kind"))
+	if e != nil {
+		return e
+	}
+	c.kind = kind
+	return nil
+}
+
+// parseGetGroup: GET /deploy/v1/groups/{group}.
+func parseGetGroup(_ *http.Request, ps httprouter.Params, c *call) *apiError {
+	return parseGroupPath(ps, c)
+}
+
+// parseGrant: POST /deploy/v1/groups/{group}/leases with a grant body.
+func parseGrant(r *http.Request, ps httprouter.Params, c *call) *apiError {
+	if e := parseGroupPath(ps, c); e != nil {
+		return e
+	}
+	body, e := readBody(r)
+	if e != nil {
+		return e
+	}
+	req, kind, e := decodeGrant(body)
+	if e != nil {
+		return e
+	}
+	c.kind, c.operationID, c.instance, c.ttl = kind, req.OperationID, req.Instance, req.TTLSeconds
+	return nil
+}
+
+// parseRenew: PUT /deploy/v1/groups/{group}/leases/{kind}/{operationId}
+// with a renewal body.
+func parseRenew(r *http.Request, ps httprouter.Params, c *call) *apiError {
+	if e := parseLeasePath(ps, c); e != nil {
+		return e
+	}
+	body, e := readBody(r)
+	if e != nil {
+		return e
+	}
+	req, e := decodeRenew(body)
+	if e != nil {
+		return e
+	}
+	c.token, c.ttl = req.Token, req.TTLSeconds
+	return nil
+}
+
+// parseRelease: DELETE /deploy/v1/groups/{group}/leases/{kind}/{operationId}
+// with the X-Lease-Token header.
+func parseRelease(r *http.Request, ps httprouter.Params, c *call) *apiError {
+	if e := parseLeasePath(ps, c); e != nil {
+		return e
+	}
+	c.token = r.Header.Get("X-Lease-Token")
+	return nil
+}
+
+// refusal is the answer to a decision that grants, renews and releases
+// nothing; nil for the outcomes that act. It is the one map from policy's
+// outcomes to the contract's errors. generation is the group's current
+// topology generation (409 revoked reports it).
+func refusal(d policy.Decision, generation int64) *apiError {
+	switch d.Outcome {
+	case policy.OutcomeHeld:
+		return errHeld(d.Holder.OperationID, d.Holder.Instance, d.Holder.ExpiresAt)
+	case policy.OutcomeMigrationNotHeld:
+		return errMigrationNotHeld
+	case policy.OutcomeRevoked:
+		return errRevoked(d.Reason, generation)
+	case policy.OutcomeRevokeStale:
+		return errRevoked(leases.ReasonTopologyChanged, generation)
+	case policy.OutcomeTokenMismatch:
+		return errTokenMismatch
+	case policy.OutcomeNotFound:
+		return errNotFound
+	case policy.OutcomeUnstable:
+		return errUnstable()
+	}
+	return nil
+}
+
+// confirmedOnly reports whether a refusal must be confirmed against the API
+// server before it is answered: the lease cache may lag a grant, a re-grant,
+// a release or a revocation. The fence (stale generation) and instability
+// come from the group, which is always read fresh.
+func confirmedOnly(o policy.LeaseOutcome) bool {
+	switch o {
+	case policy.OutcomeHeld, policy.OutcomeMigrationNotHeld, policy.OutcomeRevoked,
+		policy.OutcomeTokenMismatch, policy.OutcomeNotFound, policy.OutcomeNothingToRelease:
+		return true
+	}
+	return false
+}
+
+func groupView(g *v1.MysqlFailoverGroup) policy.GroupView {
+	return policy.GroupView{
+		UID:         string(g.UID),
+		Generation:  g.Status.TopologyGeneration,
+		Transition:  g.Status.Transition != nil,
+		Reservation: g.Status.Reservation != nil,
+	}
+}

@@ -1,0 +1,146 @@
+package deployapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/policy"
+)
+
+// POST /deploy/v1/groups/{group}/leases: grant or re-grant a lease.
+
+// leaseBody is the answer to a renewal, and (with the token) to a grant.
+type leaseBody struct {
+	Kind               string `json:"kind"`
+	OperationID        string `json:"operationId"`
+	Instance           string `json:"instance"`
+	ExpiresAt          string `json:"expiresAt"`
+	TopologyGeneration int64  `json:"topologyGeneration"`
+	TTLSeconds         int64  `json:"ttlSeconds"`
+}
+
+func bodyOf(rec *leases.Record) leaseBody {
+	return leaseBody{Kind: string(rec.Kind), OperationID: rec.OperationID, Instance: rec.Instance,
+		ExpiresAt: formatTime(rec.ExpiresAt), TopologyGeneration: rec.Generation, TTLSeconds: rec.TTLSeconds}
+}
+
+type grantJSON struct {
+	leaseBody
+	Token string `json:"token"`
+}
+
+// grant decides on the cached mutex (and hold) and writes with their
+// resourceVersion; a refusal is confirmed on fresh reads first. The
+// tombstone is always read fresh: tombstones are not cached.
+func (s *Server) grant(r *http.Request, c *call, g *v1.MysqlFailoverGroup) result {
+	ctx := r.Context()
+	if !g.DeletionTimestamp.IsZero() {
+		return fail(errForbidden) // a group being deleted takes no grant: as if it were gone
+	}
+	tomb, err := s.leases.Tombstone(ctx, g, c.operationID)
+	if err != nil {
+		return fail(err)
+	}
+	name := leases.LeaseName(c.kind, g.Name, c.operationID)
+	var res result
+	err = leasestore.Optimistic(func(fresh bool) error {
+		mig, err := s.leases.Get(ctx, g.Namespace, leases.MigrationName(g.Name), fresh)
+		if err != nil {
+			return err
+		}
+		target := mig
+		if c.kind == leases.KindFailoverHold {
+			if target, err = s.leases.Get(ctx, g.Namespace, name, fresh); err != nil {
+				return err
+			}
+		}
+		now := s.clock.Now()
+		d := policy.DecideGrant(policy.GrantInput{
+			Kind: c.kind, OperationID: c.operationID, Instance: c.instance, Identity: c.identity.Username(),
+			Group: groupView(g), Tombstone: tomb, Migration: leasestore.RecordOf(mig), Hold: leasestore.RecordOf(target), Now: now,
+		})
+		switch d.Outcome {
+		case policy.OutcomeCreate, policy.OutcomeTakeOver, policy.OutcomeRegrant:
+			if d.Outcome == policy.OutcomeCreate {
+				target = nil
+			}
+			res, err = s.writeGrant(ctx, c, g, name, target, d.Outcome, now)
+			return err
+		case policy.OutcomeRevokeStale:
+			if _, err := s.leases.Revoke(ctx, g, d.RevokeOperation, leases.ReasonTopologyChanged); err != nil {
+				return err
+			}
+			return leasestore.ErrStale // decide again on what the revocation left
+		}
+		if confirmedOnly(d.Outcome) && !fresh {
+			return leasestore.ErrStale
+		}
+		if e := refusal(d, g.Status.TopologyGeneration); e != nil {
+			return e
+		}
+		return fmt.Errorf("unexpected grant outcome %d", d.Outcome)
+	})
+	if err != nil {
+		return fail(err)
+	}
+	return res
+}
+
+// writeGrant stores a new record with a fresh token over target (nil: create).
+func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGroup, name string, target *leasestore.Object,
+	outcome policy.LeaseOutcome, now time.Time) (result, error) {
+	token, err := leases.NewToken()
+	if err != nil {
+		return result{}, err
+	}
+	rec := leases.NewGrant(leases.Grant{Group: g.Name, GroupUID: string(g.UID), Kind: c.kind, OperationID: c.operationID,
+		Instance: c.instance, Identity: c.identity.Username(), Generation: g.Status.TopologyGeneration,
+		TTLSeconds: policy.ClampTTL(c.ttl.ptr(), policy.DefaultTTLSeconds)}, leases.HashToken(token), now)
+	if _, err := s.leases.Put(ctx, g, name, target, rec); err != nil {
+		return result{}, err
+	}
+	if c.kind == leases.KindFailoverHold {
+		// The controller writes its reservation, then reads holds; we wrote
+		// the hold, now read the reservation. Of the two, at least one sees
+		// the other: if we see it, we withdraw. This holds for every hold
+		// grant, a re-grant included.
+		if err := s.withdrawIfReserved(ctx, g, rec); err != nil {
+			return result{}, err
+		}
+	}
+	status := http.StatusCreated
+	if outcome == policy.OutcomeRegrant {
+		status = http.StatusOK
+	}
+	return ok(status, grantJSON{leaseBody: bodyOf(&rec), Token: token}), nil
+}
+
+// withdrawIfReserved re-reads the group after a failover-hold was written;
+// when a reservation or transition appeared meanwhile, it releases the hold
+// it wrote and answers 423.
+func (s *Server) withdrawIfReserved(ctx context.Context, g *v1.MysqlFailoverGroup, rec leases.Record) error {
+	fresh := &v1.MysqlFailoverGroup{}
+	if err := s.api.Get(ctx, client.ObjectKeyFromObject(g), fresh); err != nil {
+		return fmt.Errorf("re-read group after hold grant: %w", err)
+	}
+	if fresh.Status.Reservation == nil && fresh.Status.Transition == nil {
+		return nil
+	}
+	_, err := s.leases.Transition(ctx, g, leases.KindFailoverHold, rec.OperationID, func(cur *leases.Record) (leases.Record, bool) {
+		if cur.TokenHash != rec.TokenHash || cur.State != leases.StateActive {
+			return leases.Record{}, false
+		}
+		return cur.Released(s.clock.Now()), true
+	})
+	if err != nil {
+		return err
+	}
+	return errUnstable()
+}

@@ -1,0 +1,136 @@
+package deployapi
+
+import (
+	"fmt"
+	"net/http"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/policy"
+)
+
+// PUT and DELETE /deploy/v1/groups/{group}/leases/{kind}/{operationId}:
+// renew and release a lease.
+
+// renew decides on the cached record and writes with its resourceVersion:
+// a steady renewal costs the authorization GET, the group GET (the fence)
+// and one Lease PUT. Every refusal but the fence's and 423 is confirmed on
+// fresh reads first.
+func (s *Server) renew(r *http.Request, c *call, g *v1.MysqlFailoverGroup) result {
+	ctx := r.Context()
+	if !g.DeletionTimestamp.IsZero() {
+		return fail(errNotFound) // the group's leases end with it
+	}
+	var res result
+	err := leasestore.Optimistic(func(fresh bool) error {
+		obj, own, err := s.leases.GetOwn(ctx, g, c.kind, c.operationID, fresh)
+		if err != nil {
+			return err
+		}
+		if own != nil {
+			res.instance = own.Instance
+		}
+		var mig *leases.Record
+		if c.kind == leases.KindFailoverHold && own != nil {
+			// A hold lives only while its operation holds the live mutex. A
+			// cached mutex is enough to renew: a release of the mutex also
+			// rewrites the hold, so the write below conflicts.
+			o, err := s.leases.Get(ctx, g.Namespace, leases.MigrationName(g.Name), fresh)
+			if err != nil {
+				return err
+			}
+			mig = leasestore.RecordOf(o)
+		}
+		var tomb *leases.Record
+		if own == nil && fresh {
+			if tomb, err = s.leases.Tombstone(ctx, g, c.operationID); err != nil {
+				return err
+			}
+		}
+		now := s.clock.Now()
+		d := policy.DecideRenew(policy.RenewInput{Kind: c.kind, OperationID: c.operationID, Token: c.token, Group: groupView(g),
+			Record: own, Migration: mig, Tombstone: tomb, Now: now})
+		switch d.Outcome {
+		case policy.OutcomeRenew:
+			next := own.Renewed(policy.ClampTTL(c.ttl.ptr(), own.TTLSeconds), now)
+			if _, err := s.leases.Update(ctx, g, obj, next); err != nil {
+				return err
+			}
+			res.status, res.body = http.StatusOK, bodyOf(&next)
+			return nil
+		case policy.OutcomeRevokeStale:
+			// The token's grant generation is not the group's: the fence has
+			// already ended this lease, whether or not its record can be
+			// rewritten now (a failed write is logged with the answer).
+			e := refusal(d, g.Status.TopologyGeneration)
+			if _, err := s.leases.Revoke(ctx, g, c.operationID, leases.ReasonTopologyChanged); err != nil {
+				e.cause = err
+			}
+			return e
+		}
+		if confirmedOnly(d.Outcome) && !fresh {
+			return leasestore.ErrStale
+		}
+		if e := refusal(d, g.Status.TopologyGeneration); e != nil {
+			return e
+		}
+		return fmt.Errorf("unexpected renew outcome %d", d.Outcome)
+	})
+	if err != nil {
+		res.err = err
+	}
+	return res
+}
+
+// release ends a live lease whose token matches; anything not live is
+// already released (204). Releasing the mutex releases the operation's hold
+// first.
+func (s *Server) release(r *http.Request, c *call, g *v1.MysqlFailoverGroup) result {
+	ctx := r.Context()
+	res := result{status: http.StatusNoContent}
+	err := leasestore.Optimistic(func(fresh bool) error {
+		obj, own, err := s.leases.GetOwn(ctx, g, c.kind, c.operationID, fresh)
+		if err != nil {
+			return err
+		}
+		if own != nil {
+			res.instance = own.Instance
+		}
+		now := s.clock.Now()
+		d := policy.DecideRelease(own, c.token, now)
+		if d.Outcome == policy.OutcomeRelease {
+			if c.kind == leases.KindMigration {
+				// The operation's hold dies with its mutex; end its record
+				// first, so a renewal decided on a cached mutex conflicts.
+				if err := s.releaseHold(r, g, c.operationID); err != nil {
+					return err
+				}
+			}
+			_, err := s.leases.Update(ctx, g, obj, own.Released(now))
+			return err
+		}
+		if confirmedOnly(d.Outcome) && !fresh {
+			return leasestore.ErrStale
+		}
+		if e := refusal(d, g.Status.TopologyGeneration); e != nil {
+			return e
+		}
+		return nil // nothing to release
+	})
+	if err != nil {
+		res.err = err
+	}
+	return res
+}
+
+// releaseHold releases operation's failover-hold, if it is active.
+func (s *Server) releaseHold(r *http.Request, g *v1.MysqlFailoverGroup, op string) error {
+	_, err := s.leases.Transition(r.Context(), g, leases.KindFailoverHold, op, func(cur *leases.Record) (leases.Record, bool) {
+		if cur.State != leases.StateActive {
+			return leases.Record{}, false
+		}
+		return cur.Released(s.clock.Now()), true
+	})
+	return err
+}
