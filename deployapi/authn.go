@@ -6,11 +6,13 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -52,17 +54,33 @@ const (
 	DefaultAuthCacheSize = 1024
 )
 
+// refusedTTL is how long a token the TokenReview refused is refused without
+// another review.
+const refusedTTL = 5 * time.Second
+
+// reviewTimeout bounds one TokenReview, which may serve several requests.
+const reviewTimeout = 10 * time.Second
+
 // authenticator checks bearer tokens with TokenReview. Successful reviews are
 // cached by the token's SHA-256 for ttl, but never past the token's own exp
 // claim, in a bounded LRU; a token without a readable exp is reviewed on
-// every request. Failures are never cached, so a token that starts working is
-// accepted at once.
+// every request.
+//
+// What a review costs is bounded: concurrent requests with the same
+// uncached token wait for one review; a token the review refused is refused
+// for refusedTTL without another (a bounded LRU too); a bearer token that is
+// not JWT-shaped (a ServiceAccount token always is) is refused without a
+// review. Errors of the API server are never cached.
 type authenticator struct {
 	reviews  authv1client.TokenReviewInterface
 	audience string
 	clock    clock.PassiveClock
 	ttl      time.Duration
-	cache    *lru.Cache
+	cache    *lru.Cache // key -> cachedReview
+	refused  *lru.Cache // key -> time.Time until which it is refused
+
+	mu       sync.Mutex
+	inflight map[[sha256.Size]byte]*review
 }
 
 type cachedReview struct {
@@ -70,12 +88,20 @@ type cachedReview struct {
 	expires time.Time
 }
 
+// review is one TokenReview in flight; done closes when id and err are set.
+type review struct {
+	done chan struct{}
+	id   Identity
+	err  error
+}
+
 func newAuthenticator(kube kubernetes.Interface, audience string, clk clock.PassiveClock, ttl time.Duration, size int) *authenticator {
 	return newAuthenticatorFor(kube.AuthenticationV1().TokenReviews(), audience, clk, ttl, size)
 }
 
 func newAuthenticatorFor(reviews authv1client.TokenReviewInterface, audience string, clk clock.PassiveClock, ttl time.Duration, size int) *authenticator {
-	return &authenticator{reviews: reviews, audience: audience, clock: clk, ttl: ttl, cache: lru.New(size)}
+	return &authenticator{reviews: reviews, audience: audience, clock: clk, ttl: ttl, cache: lru.New(size), refused: lru.New(size),
+		inflight: map[[sha256.Size]byte]*review{}}
 }
 
 // bearerToken extracts the token of an Authorization: Bearer header.
@@ -93,7 +119,7 @@ func bearerToken(r *http.Request) (string, bool) {
 // error of the API server (which maps to 503/500).
 func (a *authenticator) authenticate(ctx context.Context, r *http.Request) (Identity, error) {
 	token, ok := bearerToken(r)
-	if !ok {
+	if !ok || !jwtShaped(token) {
 		return Identity{}, errUnauthenticated
 	}
 	key := sha256.Sum256([]byte(token))
@@ -104,18 +130,55 @@ func (a *authenticator) authenticate(ctx context.Context, r *http.Request) (Iden
 		}
 		a.cache.Remove(key)
 	}
-	review, err := a.reviews.Create(ctx, &authenticationv1.TokenReview{
+	if v, ok := a.refused.Get(key); ok {
+		if now.Before(v.(time.Time)) {
+			return Identity{}, errUnauthenticated
+		}
+		a.refused.Remove(key)
+	}
+
+	a.mu.Lock()
+	if f, ok := a.inflight[key]; ok {
+		a.mu.Unlock()
+		select {
+		case <-f.done:
+			return f.id, f.err
+		case <-ctx.Done():
+			return Identity{}, fmt.Errorf("token review: %w", ctx.Err())
+		}
+	}
+	f := &review{done: make(chan struct{}), err: errors.New("token review did not finish")}
+	a.inflight[key] = f
+	a.mu.Unlock()
+	defer func() { // also if the review panics: waiters get f.err
+		a.mu.Lock()
+		delete(a.inflight, key)
+		a.mu.Unlock()
+		close(f.done)
+	}()
+	// The review may answer other requests too: it does not end with this
+	// request's context.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
+	defer cancel()
+	id, err := a.review(rctx, token, key)
+	f.id, f.err = id, err
+	return id, err
+}
+
+// review asks the API server and caches the answer: success until the
+// cache ttl or the token's exp, refusal for refusedTTL.
+func (a *authenticator) review(ctx context.Context, token string, key [sha256.Size]byte) (Identity, error) {
+	rv, err := a.reviews.Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{a.audience}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return Identity{}, fmt.Errorf("token review: %w", err)
 	}
-	st := review.Status
-	if !reviewAccepts(st, a.audience) {
-		return Identity{}, errUnauthenticated
-	}
+	now := a.clock.Now()
+	st := rv.Status
 	id, ok := parseServiceAccount(st.User.Username)
-	if !ok {
+	if !reviewAccepts(st, a.audience) || !ok {
+		a.refused.Add(key, now.Add(refusedTTL))
 		return Identity{}, errUnauthenticated
 	}
 	if exp, ok := tokenExpiry(token); ok {
@@ -128,6 +191,18 @@ func (a *authenticator) authenticate(ctx context.Context, r *http.Request) (Iden
 		}
 	}
 	return id, nil
+}
+
+// jwtShaped reports whether token looks like a JWT: three base64url parts,
+// the second a JSON object. It proves nothing (the review does); it keeps
+// text that cannot be a ServiceAccount token from costing a review.
+func jwtShaped(token string) bool {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || parts[0] == "" || parts[2] == "" {
+		return false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	return err == nil && len(payload) > 1 && payload[0] == '{' && json.Valid(payload)
 }
 
 // reviewAccepts reports whether a TokenReview that asked for audience

@@ -3,9 +3,12 @@ package deployapi
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,8 +85,8 @@ func TestReviewWithoutOurAudienceIsRejected(t *testing.T) {
 					t.Fatalf("authenticate = %+v, %v; want errUnauthenticated", id, err)
 				}
 			}
-			if reviews != 2 || a.cache.Len() != 0 {
-				t.Fatalf("%d reviews, %d cached; a rejected review must not be cached", reviews, a.cache.Len())
+			if reviews != 1 || a.cache.Len() != 0 {
+				t.Fatalf("%d reviews, %d cached; a rejected review must not be cached as a success, and is not repeated for %v", reviews, a.cache.Len(), refusedTTL)
 			}
 		})
 	}
@@ -114,10 +117,24 @@ func TestCachedReviewExpiresWithTheToken(t *testing.T) {
 	step(31*time.Second, 2)
 }
 
+// A bearer token that is not JWT-shaped cannot be a ServiceAccount token: it
+// is refused without a review.
+func TestTextThatIsNoJWTCostsNoReview(t *testing.T) {
+	for _, token := range []string{"opaque-token", "a.b", "a.b.c.d", "x." + "e30" + ".", ".e30.x", "x.bm90LWpzb24.x", "x.W10.x"} {
+		var reviews int
+		a := newAuthenticatorFor(fakeReviews(t, []string{"bloodraven-deploy"}, &reviews), "bloodraven-deploy", clocktesting.NewFakeClock(time.Now()), time.Minute, 8)
+		if _, err := authenticateToken(a, token); err != errUnauthenticated || reviews != 0 {
+			t.Fatalf("%q: %v after %d reviews; want unauthenticated and none", token, err, reviews)
+		}
+	}
+	if !jwtShaped(jwt(`{}`)) {
+		t.Fatal("a JWT is JWT-shaped")
+	}
+}
+
 func TestReviewOfTokenWithoutFutureExpIsNotCached(t *testing.T) {
 	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, tc := range []struct{ name, token string }{
-		{"not a JWT", "opaque-token"},
 		{"JWT without exp", jwt(`{"sub":"system:serviceaccount:ns:sa"}`)},
 		{"JWT with an exp already past", jwt(`{"exp":` + itoa(t0.Add(-time.Second).Unix()) + `}`)},
 		{"JWT with an exp of now", jwt(`{"exp":` + itoa(t0.Unix()) + `}`)},
@@ -204,3 +221,63 @@ func TestTokenExpiry(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// gatedReviews is a stub TokenReview endpoint that holds every review until
+// release closes, and counts them.
+type gatedReviews struct {
+	stubReviews
+	started chan struct{}
+	release chan struct{}
+	count   atomic.Int64
+}
+
+func (g *gatedReviews) Create(ctx context.Context, in *authenticationv1.TokenReview, o metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
+	g.count.Add(1)
+	g.started <- struct{}{}
+	<-g.release
+	var n int
+	s := stubReviews{t: g.t, audiences: g.audiences, reviews: &n}
+	return s.Create(ctx, in, o)
+}
+
+// Concurrent requests with one uncached token cost one TokenReview, and a
+// waiter whose own request ends does not end the review for the others.
+func TestConcurrentMissesForOneTokenAreOneReview(t *testing.T) {
+	g := &gatedReviews{stubReviews: stubReviews{t: t, audiences: []string{"bloodraven-deploy"}},
+		started: make(chan struct{}, 64), release: make(chan struct{})}
+	clk := clocktesting.NewFakeClock(time.Now())
+	a := newAuthenticatorFor(g, "bloodraven-deploy", clk, DefaultAuthCacheTTL, 16)
+	token := jwt(`{"exp":` + strconv.FormatInt(clk.Now().Add(time.Hour).Unix(), 10) + `}`)
+	const n = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	canceled, cancel := context.WithCancel(context.Background())
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			ctx := context.Background()
+			if i == 0 {
+				ctx = canceled
+			}
+			r, _ := http.NewRequestWithContext(ctx, http.MethodGet, "/", nil)
+			r.Header.Set("Authorization", "Bearer "+token)
+			id, err := a.authenticate(ctx, r)
+			if i != 0 && (err != nil || id.ServiceAccount != "sa") {
+				errs <- fmt.Errorf("request %d: %v %+v", i, err, id)
+			}
+		}(i)
+	}
+	<-g.started
+	cancel() // the first caller may give up; the review goes on
+	time.Sleep(50 * time.Millisecond)
+	close(g.release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if got := g.count.Load(); got != 1 {
+		t.Fatalf("%d reviews for %d concurrent requests with one token; want 1", got, n)
+	}
+}

@@ -135,15 +135,23 @@ func TestTokenReviewCache(t *testing.T) {
 	if err := req(f.token); err != nil || reviews.Load() != 2 {
 		t.Fatalf("after 15 s: err=%v, %d reviews; want a new review", err, reviews.Load())
 	}
-	t.Run("failures are not cached", func(t *testing.T) {
+	t.Run("a refused token is reviewed once per refusal window; text that is no JWT never", func(t *testing.T) {
+		bogus := f.serviceAccountToken(f.clientNS, "deploy", "another-audience") // real, for the wrong audience
 		before := reviews.Load()
 		for i := 0; i < 3; i++ {
-			if err := req("bogus"); err != errUnauthenticated {
-				t.Fatalf("bogus token: %v", err)
+			if err := req(bogus); err != errUnauthenticated {
+				t.Fatalf("wrong-audience token: %v", err)
+			}
+			if err := req("not-a-jwt"); err != errUnauthenticated {
+				t.Fatalf("non-JWT token: %v", err)
 			}
 		}
-		if got := reviews.Load() - before; got != 3 {
-			t.Fatalf("%d reviews for 3 failing requests, want 3", got)
+		if got := reviews.Load() - before; got != 1 {
+			t.Fatalf("%d reviews for 6 failing requests, want 1", got)
+		}
+		f.clock.Step(refusedTTL)
+		if err := req(bogus); err != errUnauthenticated || reviews.Load()-before != 2 {
+			t.Fatalf("after the refusal window: err=%v, %d reviews; want a new review", err, reviews.Load()-before)
 		}
 	})
 	t.Run("the cache is bounded and evicts the least recently used", func(t *testing.T) {

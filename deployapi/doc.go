@@ -6,10 +6,27 @@
 // followers), authentication (a projected ServiceAccount token checked by
 // TokenReview for the configured audience, which the review must name in
 // status.audiences; successful reviews cached by token hash for 15 s or
-// until the token's own exp, whichever is first, at most 1,024 entries),
-// body size and shape (413, 400),
-// authorization (fresh, uncached reads of MysqlDatabases and of the group on
-// every request), then the lease decision of package policy.
+// until the token's own exp, whichever is first, at most 1,024 entries;
+// concurrent misses for one token share one review, a refused token is
+// refused for 5 s without another, and text that is not JWT-shaped is
+// refused without one), the path and body parsed into a typed call (413,
+// 400: member names exact, each once), authorization, then the lease
+// decision of package policy. One function, wrap, runs that line for every
+// route, and the request's log line is derived from the call and the
+// result.
+//
+// Authorization is decided by uncached reads: a cache of MysqlDatabases,
+// indexed by spec.groupRef.name, proposes the databases of the group that
+// list the caller, and each is read by name from the API server until one
+// confirms; then the group is read (it carries the fence). A steady request
+// costs one database GET and one group GET, whatever the number of
+// databases and groups in the cluster. A client removed from a database is
+// refused by its next request; a database or client the cache has not seen
+// yet is refused until it has (a brief false 403, never a false 200).
+//
+// Every answer under /deploy/ is JSON: the operator's TLS listener
+// (server.TLSServer) hands those paths to the API as sent, and paths that
+// name no route answer 404 not_found after authentication.
 //
 // Guarantees:
 //   - Mutual exclusion comes from the API server: grants and renewals are
