@@ -293,6 +293,38 @@ func TestPlaygroundComesUpAsDocumented(t *testing.T) {
 		}
 	})
 
+	t.Run("every answer under /deploy/ on the TLS port is JSON, never a redirect", func(t *testing.T) {
+		c := deployClient(t, p)
+		hc := *c.hc
+		hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		for _, path := range []string{"/deploy", "/deploy/v1", "/deploy/v1/", "/deploy/v1//groups/" + devenv.GroupName,
+			"/deploy/v1/groups/./" + devenv.GroupName, "/deploy/v1/x/../groups/" + devenv.GroupName, "/deploy//v1"} {
+			for _, token := range []string{"", c.token} {
+				req, err := http.NewRequest(http.MethodGet, "https://"+cfg.TLSAddr+path, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if token != "" {
+					req.Header.Set("Authorization", "Bearer "+token)
+				}
+				resp, err := hc.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var body map[string]any
+				err = json.NewDecoder(resp.Body).Decode(&body)
+				resp.Body.Close()
+				want := http.StatusNotFound
+				if token == "" {
+					want = http.StatusUnauthorized
+				}
+				if resp.StatusCode != want || resp.Header.Get("Content-Type") != "application/json" || err != nil || body["error"] == nil {
+					t.Errorf("GET %s (token %v): %d %q %v", path, token != "", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+				}
+			}
+		}
+	})
+
 	t.Run("every metric the chart's alerts and dashboard use is exported", func(t *testing.T) {
 		names, err := charts.MonitoringMetricNames(root, t.TempDir())
 		if err != nil {

@@ -29,8 +29,11 @@ import (
 // redirect and an HTML body before any handler runs. The contract wants
 // JSON for every path under /deploy/, so those paths never reach the mux.
 type TLSServer struct {
-	opts    webhook.Options
-	mux     *http.ServeMux
+	opts webhook.Options
+	mux  *http.ServeMux
+	// hooks registers admission webhooks into mux, instrumented with
+	// controller-runtime's webhook metrics; it is never started.
+	hooks   webhook.Server
 	deploy  http.Handler
 	started atomic.Bool
 }
@@ -41,7 +44,8 @@ var _ webhook.Server = (*TLSServer)(nil)
 // TLSListenerOptions). Host, Port, CertDir, CertName, KeyName and TLSOpts
 // are used.
 func NewTLSServer(opts webhook.Options) *TLSServer {
-	return &TLSServer{opts: opts, mux: http.NewServeMux()}
+	opts.WebhookMux = http.NewServeMux()
+	return &TLSServer{opts: opts, mux: opts.WebhookMux, hooks: webhook.NewServer(opts)}
 }
 
 // HandleDeploy serves every path under /deploy/ with h, as sent. Call it
@@ -51,8 +55,10 @@ func (s *TLSServer) HandleDeploy(h http.Handler) { s.deploy = h }
 // NeedLeaderElection: every replica serves (followers answer 503).
 func (s *TLSServer) NeedLeaderElection() bool { return false }
 
-// Register serves an admission webhook at path.
-func (s *TLSServer) Register(path string, hook http.Handler) { s.mux.Handle(path, hook) }
+// Register serves an admission webhook at path, with the request metrics
+// controller-runtime's webhook server records
+// (controller_runtime_webhook_requests_total and friends).
+func (s *TLSServer) Register(path string, hook http.Handler) { s.hooks.Register(path, hook) }
 
 // WebhookMux is the admission webhooks' mux.
 func (s *TLSServer) WebhookMux() *http.ServeMux { return s.mux }
