@@ -129,9 +129,25 @@ FUZZTIME ?= 10s
 FUZZ_TARGETS := deployapi:FuzzDecodeGrant deployapi:FuzzDecodeRenew deployclient:FuzzDecodeAnswer
 
 .PHONY: test
-test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) mariadb lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, then a short fuzz run of the decoders.
+test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) mariadb lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, a short fuzz run of the decoders, then the quick benchmark.
 	$(GO) test -race -count=1 ./...
 	@$(MAKE) --no-print-directory fuzz
+	@$(MAKE) --no-print-directory bench BENCH_QUICK=1
+
+# make bench: the load generator of ./bench against a real control plane,
+# in one run: the floor (raw GET database + GET group + PUT Lease), the
+# product's renewals over HTTPS, and client-go's leaderelection LeaseLock,
+# at 1, 8 and 32 clients, with 0 and 5,000 unrelated MysqlDatabases; then
+# revocation of 100 leases and the heap per 10,000 tombstones. It prints
+# one table and writes BENCH_OUT (JSON). It asserts only that every figure
+# was produced; the README explains the table. BENCH_QUICK=1: short cells,
+# under 3 minutes (what make test runs).
+BENCH_QUICK ?=
+BENCH_OUT   ?= $(ROOT)/bench.json
+
+.PHONY: bench
+bench: $(KUBE_APISERVER) $(ETCD) ## Measure renewals against the floor and client-go (BENCH_QUICK=1: under 3 min); table on stdout, JSON in BENCH_OUT.
+	BLOODRAVEN_BENCH=1 BENCH_QUICK=$(BENCH_QUICK) BENCH_OUT=$(BENCH_OUT) $(GO) test ./bench -run '^TestLoad$$' -count=1 -timeout 30m -v
 
 .PHONY: fuzz
 fuzz: ## Fuzz the request decoders and the client's answer decoder for FUZZTIME each (default 10s).
