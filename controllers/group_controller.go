@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
 	"github.com/shipstream/bloodraven/topology"
@@ -240,10 +241,13 @@ func leaseOwner(_ context.Context, obj client.Object) []reconcile.Request {
 }
 
 // leaseDecisionChanged passes Lease events that can change an admission
-// decision: creation, deletion, and updates that move expiresAt or state.
-// A renewal of a failover-hold moves expiresAt (and so retryTime); a
-// renewal of the migration mutex does too, which costs a cheap reconcile.
-// Updates that change nothing the controller decides on are dropped.
+// decision: creation, deletion, and updates that change the state, the
+// operation or the generation, or move a failover-hold's expiresAt (and so
+// an admission's retryTime). A renewal of the migration mutex moves only
+// its expiresAt, which no decision of the controller reads: it is dropped,
+// so steady renewals cost the API server no reconcile (a reconcile reads
+// the group uncached) and do not queue ahead of a failover. Updates that
+// change nothing the controller decides on are dropped.
 func leaseDecisionChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
@@ -257,8 +261,11 @@ func leaseDecisionChanged() predicate.Predicate {
 			if err1 != nil || err2 != nil {
 				return err1 == nil || err2 == nil
 			}
-			return !o.ExpiresAt.Equal(n.ExpiresAt) || o.State != n.State || o.Generation != n.Generation ||
-				o.OperationID != n.OperationID || o.GroupUID != n.GroupUID
+			if o.State != n.State || o.Generation != n.Generation || o.OperationID != n.OperationID ||
+				o.GroupUID != n.GroupUID || o.Kind != n.Kind {
+				return true
+			}
+			return n.Kind == leases.KindFailoverHold && !o.ExpiresAt.Equal(n.ExpiresAt)
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}

@@ -14,30 +14,30 @@ import (
 func TestLeaseWatchPassesOnlyDecisionChanges(t *testing.T) {
 	base := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 	lease := func(mutate func(*leases.Record)) *coordinationv1.Lease {
-		rec := &leases.Record{Group: "g", Kind: leases.KindFailoverHold, OperationID: "op", State: leases.StateActive,
-			Generation: 1, TTLSeconds: 30, ExpiresAt: base, GrantedAt: base, RenewedAt: base}
-		mutate(rec)
-		l := &coordinationv1.Lease{}
-		if err := leasestore.Encode(l, rec, nil); err != nil {
-			t.Fatal(err)
-		}
-		return l
+		return encodeLease(t, base, leases.KindFailoverHold, mutate)
+	}
+	mutex := func(mutate func(*leases.Record)) *coordinationv1.Lease {
+		return encodeLease(t, base, leases.KindMigration, mutate)
 	}
 	same := func(*leases.Record) {}
 	tests := map[string]struct {
+		kind   func(func(*leases.Record)) *coordinationv1.Lease
 		newRec func(*leases.Record)
 		want   bool
 	}{
-		"a renewal moves expiresAt":         {newRec: func(r *leases.Record) { r.ExpiresAt = base.Add(10 * time.Second) }, want: true},
-		"release changes the state":         {newRec: func(r *leases.Record) { r.State = leases.StateReleased }, want: true},
-		"revocation changes the state":      {newRec: func(r *leases.Record) { r.State = leases.StateRevoked }, want: true},
-		"nothing the controller decides on": {newRec: func(r *leases.Record) { r.RenewedAt = base.Add(time.Second) }, want: false},
-		"an identical update":               {newRec: same, want: false},
+		"a hold renewal moves expiresAt (the retry time)": {kind: lease, newRec: func(r *leases.Record) { r.ExpiresAt = base.Add(10 * time.Second) }, want: true},
+		"a mutex renewal moves only expiresAt":            {kind: mutex, newRec: func(r *leases.Record) { r.ExpiresAt = base.Add(10 * time.Second) }, want: false},
+		"a mutex release changes the state":               {kind: mutex, newRec: func(r *leases.Record) { r.State = leases.StateReleased }, want: true},
+		"a mutex taken over by another operation":         {kind: mutex, newRec: func(r *leases.Record) { r.OperationID = "op-2" }, want: true},
+		"release changes the state":                       {kind: lease, newRec: func(r *leases.Record) { r.State = leases.StateReleased }, want: true},
+		"revocation changes the state":                    {kind: lease, newRec: func(r *leases.Record) { r.State = leases.StateRevoked }, want: true},
+		"nothing the controller decides on":               {kind: lease, newRec: func(r *leases.Record) { r.RenewedAt = base.Add(time.Second) }, want: false},
+		"an identical update":                             {kind: lease, newRec: same, want: false},
 	}
 	p := leaseDecisionChanged()
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := p.Update(event.UpdateEvent{ObjectOld: lease(same), ObjectNew: lease(tc.newRec)})
+			got := p.Update(event.UpdateEvent{ObjectOld: tc.kind(same), ObjectNew: tc.kind(tc.newRec)})
 			if got != tc.want {
 				t.Fatalf("passes = %v, want %v", got, tc.want)
 			}
@@ -46,4 +46,16 @@ func TestLeaseWatchPassesOnlyDecisionChanges(t *testing.T) {
 	if !p.Create(event.CreateEvent{Object: lease(same)}) || !p.Delete(event.DeleteEvent{Object: lease(same)}) {
 		t.Fatal("creations and deletions must pass")
 	}
+}
+
+func encodeLease(t *testing.T, base time.Time, kind leases.Kind, mutate func(*leases.Record)) *coordinationv1.Lease {
+	t.Helper()
+	rec := &leases.Record{Group: "g", Kind: kind, OperationID: "op", State: leases.StateActive,
+		Generation: 1, TTLSeconds: 30, ExpiresAt: base, GrantedAt: base, RenewedAt: base}
+	mutate(rec)
+	l := &coordinationv1.Lease{}
+	if err := leasestore.Encode(l, rec, nil); err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
