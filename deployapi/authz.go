@@ -44,10 +44,10 @@ func IndexDatabases(ctx context.Context, indexer client.FieldIndexer) error {
 // refused by the very next request, whatever the cache still holds. A
 // database, or a client, the cache has not seen yet is not proposed: a
 // brief false 403, never a false 200. In one namespace the first confirmed
-// candidate settles it, so a steady request costs one GET; a second
-// namespace is read only when the cache proposes one, and if it confirms,
-// the answer is the ambiguity 403. The group returned is a fresh read: it
-// carries the fence.
+// candidate settles it, so a steady request costs one GET, made at the same
+// time as the group's; a second namespace is read only when the cache
+// proposes one, and if it confirms, the answer is the ambiguity 403. The
+// group returned is a fresh read: it carries the fence.
 func (s *Server) authorize(ctx context.Context, id Identity, group, instance string) (*v1.MysqlFailoverGroup, error) {
 	byNS, err := s.candidates(ctx, id, group, instance)
 	if err != nil {
@@ -58,6 +58,34 @@ func (s *Server) authorize(ctx context.Context, id Identity, group, instance str
 		namespaces = append(namespaces, ns)
 	}
 	sort.Strings(namespaces)
+	switch len(namespaces) {
+	case 0:
+		return nil, errForbidden
+	case 1:
+		// The usual case. The group is read while the database is
+		// confirmed (both reads start after the request did, so the fence
+		// is as fresh as read one after the other); the group is used only
+		// if the database confirms.
+		ns := namespaces[0]
+		type read struct {
+			g   *v1.MysqlFailoverGroup
+			err error
+		}
+		groupRead := make(chan read, 1)
+		go func() {
+			g, err := s.readGroup(ctx, ns, group)
+			groupRead <- read{g, err}
+		}()
+		ok, err := s.confirm(ctx, id, group, ns, byNS[ns])
+		gr := <-groupRead
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, errForbidden
+		}
+		return gr.g, gr.err
+	}
 	namespace := ""
 	for _, ns := range namespaces {
 		ok, err := s.confirm(ctx, id, group, ns, byNS[ns])
@@ -75,12 +103,17 @@ func (s *Server) authorize(ctx context.Context, id Identity, group, instance str
 	if namespace == "" {
 		return nil, errForbidden
 	}
+	return s.readGroup(ctx, namespace, group)
+}
+
+// readGroup reads the group from the API server; errForbidden when absent.
+func (s *Server) readGroup(ctx context.Context, namespace, name string) (*v1.MysqlFailoverGroup, error) {
 	g := &v1.MysqlFailoverGroup{}
-	if err := s.api.Get(ctx, client.ObjectKey{Namespace: namespace, Name: group}, g); err != nil {
+	if err := s.api.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, g); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, errForbidden
 		}
-		return nil, fmt.Errorf("get MysqlFailoverGroup %s/%s: %w", namespace, group, err)
+		return nil, fmt.Errorf("get MysqlFailoverGroup %s/%s: %w", namespace, name, err)
 	}
 	return g, nil
 }

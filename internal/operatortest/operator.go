@@ -65,6 +65,9 @@ type Options struct {
 	Wrap func(http.Handler) http.Handler
 	// FailureDetectionSeconds of the group; default 5 (the minimum).
 	FailureDetectionSeconds int32
+	// Quiet discards the operator's logs even under -v (a load test would
+	// log a line per request).
+	Quiet bool
 }
 
 // Operator is a running in-process operator and its scene: one group with
@@ -131,7 +134,7 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		Logger:                 quiet(t),
+		Logger:                 quiet(t, opts.Quiet),
 	})
 	must(t, err)
 	store := &leasestore.Store{Client: mgr.GetClient(), Cached: mgr.GetCache(), API: mgr.GetAPIReader(), Clock: o.Clock}
@@ -147,7 +150,7 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 	must(t, deployapi.IndexDatabases(ctx, mgr.GetFieldIndexer()))
 	api, err := deployapi.New(deployapi.Config{
 		IsLeader: func() bool { return true }, Clock: o.Clock, Kube: env.Kube, API: mgr.GetAPIReader(), Databases: mgr.GetCache(),
-		Leases: store, Log: quiet(t), Metrics: prometheus.NewRegistry(), Groups: mgr.GetCache(),
+		Leases: store, Log: quiet(t, opts.Quiet), Metrics: prometheus.NewRegistry(), Groups: mgr.GetCache(),
 	})
 	must(t, err)
 	var h http.Handler = api.Handler()
@@ -171,8 +174,8 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 }
 
 // quiet logs only when the test fails or -v is given.
-func quiet(t testing.TB) logr.Logger {
-	if tt, ok := t.(*testing.T); ok && testing.Verbose() {
+func quiet(t testing.TB, discard bool) logr.Logger {
+	if tt, ok := t.(*testing.T); ok && testing.Verbose() && !discard {
 		return testr.New(tt)
 	}
 	return logr.Discard()

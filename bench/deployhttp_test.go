@@ -1,0 +1,130 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/shipstream/bloodraven/leases"
+)
+
+// deployClient speaks the /deploy/v1 HTTP contract (docs/api.md) and
+// nothing else of the operator: one http.Client, keep-alive, the operator's
+// CA.
+type deployClient struct {
+	base string
+	hc   *http.Client
+}
+
+func newDeployClient(baseURL, caFile string) (*deployClient, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("no certificate in %s", caFile)
+	}
+	tr := &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		// Every worker keeps its own connection, as separate pipelines
+		// would: HTTP/1.1 with keep-alive, enough idle slots for all.
+		MaxIdleConns: 512, MaxIdleConnsPerHost: 256, IdleConnTimeout: 5 * time.Minute,
+	}
+	return &deployClient{base: baseURL + "/deploy/v1/groups/", hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}}, nil
+}
+
+// apiAnswer is a response: its status and, for errors, the contract's
+// error string.
+type apiAnswer struct {
+	Status int
+	Error  string `json:"error"`
+	Token  string `json:"token"`
+}
+
+func (d *deployClient) do(ctx context.Context, method, path, bearer string, body []byte, leaseToken string) (apiAnswer, error) {
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, d.base+path, r)
+	if err != nil {
+		return apiAnswer{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+bearer)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if leaseToken != "" {
+		req.Header.Set("X-Lease-Token", leaseToken)
+	}
+	resp, err := d.hc.Do(req)
+	if err != nil {
+		return apiAnswer{}, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return apiAnswer{}, err
+	}
+	a := apiAnswer{}
+	if len(data) > 0 && resp.StatusCode != http.StatusOK {
+		// Successful renewals are not decoded: the status says it all.
+		if err := json.Unmarshal(data, &a); err != nil {
+			return apiAnswer{}, fmt.Errorf("%s %s: %d, undecodable body %q", method, path, resp.StatusCode, data)
+		}
+	}
+	a.Status = resp.StatusCode
+	return a, nil
+}
+
+func leasePath(group, operationID string) string {
+	return url.PathEscape(group) + "/leases/" + string(leases.KindMigration) + "/" + url.PathEscape(operationID)
+}
+
+// grant takes the group's migration lease for operationID and returns the
+// lease token.
+func (d *deployClient) grant(ctx context.Context, bearer, group, operationID, instance string) (string, error) {
+	body, _ := json.Marshal(map[string]any{"kind": leases.KindMigration, "operationId": operationID,
+		"instance": instance, "ttlSeconds": 120})
+	a, err := d.do(ctx, http.MethodPost, url.PathEscape(group)+"/leases", bearer, body, "")
+	if err != nil {
+		return "", fmt.Errorf("grant %s/%s: %w", group, operationID, err)
+	}
+	// Every operation is fresh: 201, never a 200 re-grant.
+	if a.Status != http.StatusCreated || a.Token == "" {
+		return "", fmt.Errorf("grant %s/%s: %d %s", group, operationID, a.Status, a.Error)
+	}
+	return a.Token, nil
+}
+
+// renewBody is the constant body of a worker's renewals.
+func renewBody(leaseToken string) []byte {
+	b, _ := json.Marshal(map[string]any{"token": leaseToken, "ttlSeconds": 120})
+	return b
+}
+
+// renew PUTs one renewal.
+func (d *deployClient) renew(ctx context.Context, bearer, group, operationID string, body []byte) (apiAnswer, error) {
+	return d.do(ctx, http.MethodPut, leasePath(group, operationID), bearer, body, "")
+}
+
+// release ends the lease (204).
+func (d *deployClient) release(ctx context.Context, bearer, group, operationID, leaseToken string) error {
+	a, err := d.do(ctx, http.MethodDelete, leasePath(group, operationID), bearer, nil, leaseToken)
+	if err != nil {
+		return fmt.Errorf("release %s/%s: %w", group, operationID, err)
+	}
+	if a.Status != http.StatusNoContent {
+		return fmt.Errorf("release %s/%s: %d %s", group, operationID, a.Status, a.Error)
+	}
+	return nil
+}

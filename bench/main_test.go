@@ -1,0 +1,63 @@
+package bench
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/shipstream/bloodraven/testenv"
+)
+
+// env is the control plane; nil unless BLOODRAVEN_BENCH is set.
+var env *testenv.Env
+
+// TestMain starts a control plane only when the load generator is asked
+// for: `go test ./...` skips TestLoad without starting anything.
+func TestMain(m *testing.M) {
+	if os.Getenv("BLOODRAVEN_BENCH") == "" {
+		os.Exit(m.Run())
+	}
+	os.Exit(testenv.Main(m, &env))
+}
+
+// params are the sizes of one run.
+type params struct {
+	Quick bool
+	// Warmup and Measure are the two parts of a cell: operations of the
+	// warm-up count for API requests per operation (the scrapes bracket the
+	// whole cell), only those of Measure for ops/s and latency.
+	Warmup, Measure time.Duration
+	// Idle is how long the operator's background traffic is measured.
+	Idle       time.Duration
+	Clients    []int
+	Databases  []int
+	Namespaces int // the unrelated databases are spread over these
+	// RevocationLeases live leases, one per group, are revoked at once.
+	RevocationLeases int
+	// Tombstones are created for the heap figure, then Settle waited.
+	Tombstones int
+	Settle     time.Duration
+	// Workers create objects in parallel.
+	Workers int
+}
+
+func paramsFromEnv() params {
+	p := params{
+		Warmup: 2 * time.Second, Measure: 15 * time.Second, Idle: 5 * time.Second,
+		Clients: []int{1, 8, 32}, Databases: []int{0, 5000}, Namespaces: 10,
+		RevocationLeases: 100, Tombstones: 10000, Settle: 10 * time.Second, Workers: 16,
+	}
+	if os.Getenv("BENCH_QUICK") != "" {
+		p.Quick = true
+		p.Warmup, p.Measure, p.Idle, p.Settle = 500*time.Millisecond, 2500*time.Millisecond, 2*time.Second, 3*time.Second
+	}
+	return p
+}
+
+func maxInt(xs []int) int {
+	m := 0
+	for _, x := range xs {
+		m = max(m, x)
+	}
+	return m
+}
