@@ -203,7 +203,7 @@ func (r *Report) table() string {
 	}
 	v := r.Revocation
 	fmt.Fprintf(&b, "\nrevocation: %d live leases, every primary killed at once; all new generations observed %.1f s after the kill; "+
-		"each lease renewed every %.0f ms from its group's observed transition\n", v.Leases, v.FailoverSeconds, v.PollIntervalMs)
+		"each lease renewed every 1 s from before the kill, every %.0f ms from its group's observed transition\n", v.Leases, v.FailoverSeconds, v.PollIntervalMs)
 	fmt.Fprintf(&b, "  new generation observed → renewal refused 409 revoked: p50 %.1f ms, p99 %.1f ms, max %.1f ms (min %.1f)\n",
 		v.Refused.P50Ms, v.Refused.P99Ms, v.Refused.MaxMs, v.Refused.MinMs)
 	fmt.Fprintf(&b, "  new generation observed → tombstone observed:        p50 %.1f ms, p99 %.1f ms, max %.1f ms (min %.1f)\n",
