@@ -185,6 +185,13 @@ dev: tools mariadb ## Start the playground: control plane, MariaDB sites, operat
 	$(GO) build -o $(BIN)/bloodraven-dev ./hack/dev
 	$(BIN)/bloodraven-dev --root $(ROOT)
 
+.PHONY: dev-restart-operator
+SIGNAL ?= TERM
+dev-restart-operator: ## Restart the playground's operator, keeping its state (SIGNAL=KILL for a crash); make dev starts the new one.
+	@test -s .dev/operator.pid || { echo "no playground operator is running (start one with make dev)"; exit 1; }
+	kill -$(SIGNAL) $$(cat .dev/operator.pid)
+	@echo "sent SIG$(SIGNAL) to the operator (pid $$(cat .dev/operator.pid)); make dev restarts it and logs it in its terminal"
+
 .PHONY: clean-dev
 clean-dev: ## Remove the playground's state (.dev/).
 	rm -rf .dev

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -73,6 +74,7 @@ type Paths struct {
 	DeployToken        string // token of playground/deploy, audience bloodraven-deploy
 	OperatorKubeconfig string // the operator's own identity
 	OperatorLog        string
+	OperatorPID        string // pid of the running operator (make dev-restart-operator)
 	TLSDir             string
 }
 
@@ -84,6 +86,7 @@ func PathsFor(stateDir string) Paths {
 		DeployToken:        filepath.Join(stateDir, "deploy.token"),
 		OperatorKubeconfig: filepath.Join(stateDir, "operator.kubeconfig"),
 		OperatorLog:        filepath.Join(stateDir, "operator.log"),
+		OperatorPID:        filepath.Join(stateDir, "operator.pid"),
 		TLSDir:             filepath.Join(stateDir, "tls"),
 	}
 }
@@ -94,7 +97,8 @@ type Playground struct {
 	Paths    Paths
 	lock     *os.File
 	env      *envtest.Environment
-	operator *Operator
+	operator *Operator // as started; sup.current after restarts
+	sup      *supervisor
 	// Sites are the playground's MariaDB servers, iad then pdx.
 	Sites []*mariadblocal.Server
 	// AdminConfig is the cluster-admin REST config.
@@ -177,6 +181,7 @@ func Up(ctx context.Context, cfg Config) (_ *Playground, err error) {
 	if err := p.startOperator(ctx); err != nil {
 		return nil, err
 	}
+	p.supervise(p.operator)
 	if err := p.installWebhooks(ctx, c); err != nil {
 		return nil, err
 	}
@@ -411,6 +416,7 @@ type Operator struct {
 	Log       string
 	cmd       *exec.Cmd
 	exited    chan error
+	stopped   atomic.Bool // Stop was called: the supervisor does not restart it
 }
 
 // Exited delivers the process's exit error once, then is closed.
@@ -422,6 +428,7 @@ func (o *Operator) Stop() {
 	if o == nil || o.cmd.Process == nil {
 		return
 	}
+	o.stopped.Store(true)
 	_ = o.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-o.exited:
@@ -530,9 +537,6 @@ func (p *Playground) WaitLeader(ctx context.Context, op *Operator, timeout time.
 	return nil
 }
 
-// Operator is the playground's main operator process.
-func (p *Playground) Operator() *Operator { return p.operator }
-
 func (p *Playground) createScene(ctx context.Context, c client.Client, kube kubernetes.Interface) error {
 	objs := []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: PlaygroundNamespace}},
@@ -594,13 +598,10 @@ func (p *Playground) createScene(ctx context.Context, c client.Client, kube kube
 	}
 }
 
-// Exited delivers the main operator's exit error, then is closed.
-func (p *Playground) Exited() <-chan error { return p.operator.Exited() }
-
 // Down stops the operator, then the control plane, then releases the lock.
 func (p *Playground) Down() error {
 	var errs []error
-	p.operator.Stop()
+	p.stopSupervisor()
 	for _, s := range p.Sites {
 		s.Stop()
 	}

@@ -46,7 +46,7 @@ func run(root string) error {
 	case <-ctx.Done():
 		fmt.Println("\n>> stopping the playground")
 	case opErr = <-p.Exited():
-		opErr = fmt.Errorf("the operator exited (%v); see %s", opErr, rel(abs, p.Paths.OperatorLog))
+		opErr = fmt.Errorf("%v; see %s", opErr, rel(abs, p.Paths.OperatorLog))
 	}
 	if err := p.Down(); err != nil {
 		return errors.Join(opErr, err)
@@ -82,6 +82,11 @@ Paste into another terminal:
     --group %s --instance %s -- sh -c 'echo "migrating under generation $BLOODRAVEN_TOPOLOGY_GENERATION"'
   kubectl -n %s patch mfg %s --type=merge -p '{"spec":{"plannedFailover":{"id":"req-1","targetSite":"pdx"}}}'
   mariadb -S %s -e 'SELECT * FROM bloodraven.fence'
+
+The operator is restarted when it exits, as a Deployment's restartPolicy:
+Always would, with the playground's state kept. Restart it on purpose:
+  make dev-restart-operator              # SIGTERM: it releases leadership first
+  make dev-restart-operator SIGNAL=KILL  # a crash: the new one leads once the old Lease lapses (15 s)
 
 Ctrl-C stops everything this command started.
 `,
