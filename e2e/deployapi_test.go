@@ -47,6 +47,21 @@ type tlsClient struct {
 
 func (c *tlsClient) call(method, url string, body any, headers ...string) (int, map[string]any) {
 	c.t.Helper()
+	st, out, err := c.do(method, url, body, headers...)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, url, err)
+	}
+	return st, out
+}
+
+// tryCall is call for a server that may be down: a transport error is
+// status 0.
+func (c *tlsClient) tryCall(method, url string, body any, headers ...string) (int, map[string]any) {
+	st, out, _ := c.do(method, url, body, headers...)
+	return st, out
+}
+
+func (c *tlsClient) do(method, url string, body any, headers ...string) (int, map[string]any, error) {
 	var rd *bytes.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -56,7 +71,7 @@ func (c *tlsClient) call(method, url string, body any, headers ...string) (int, 
 	}
 	req, err := http.NewRequest(method, url, rd)
 	if err != nil {
-		c.t.Fatal(err)
+		return 0, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	for i := 0; i+1 < len(headers); i += 2 {
@@ -64,12 +79,12 @@ func (c *tlsClient) call(method, url string, body any, headers ...string) (int, 
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		c.t.Fatalf("%s %s: %v", method, url, err)
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	var out map[string]any
 	_ = json.NewDecoder(resp.Body).Decode(&out)
-	return resp.StatusCode, out
+	return resp.StatusCode, out, nil
 }
 
 // The deployment API through the operator binary, over the real TLS

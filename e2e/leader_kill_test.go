@@ -1,0 +1,91 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/devenv"
+)
+
+// Two operator replicas; the leader dies by SIGKILL (it releases nothing).
+// Until its leader-election Lease lapses no replica serves; then one does
+// (the follower, or the leader's restarted self: the playground restarts a
+// dying operator as a Deployment would). Every lease and tombstone is still
+// in force on the new leader. The handover time is measured.
+func TestLeaderKilledFollowerTakesOver(t *testing.T) {
+	ctx := context.Background()
+	p, cfg := upPlayground(t)
+	c := deployClient(t, p)
+	base := func(addr string) string { return "https://" + addr + "/deploy/v1/groups/" + devenv.GroupName }
+	leader := base(cfg.TLSAddr)
+	grant := func(url, op string) (int, map[string]any) {
+		return c.call(http.MethodPost, url+"/leases", map[string]any{"kind": "migration", "operationId": op, "instance": devenv.DatabaseName, "ttlSeconds": 120})
+	}
+
+	// op-0 is revoked by the operator (a tombstone); op-1 holds the mutex.
+	if st, body := grant(leader, "op-0"); st != http.StatusCreated {
+		t.Fatalf("grant op-0: %d %v", st, body)
+	}
+	admin, _, g := bootstrappedWithBudget(t, p, 30)
+	patch := client.MergeFrom(g.DeepCopy())
+	g.Annotations = map[string]string{v1.RevokeDeploymentLeasesAnnotation: "true"}
+	if err := admin.Patch(ctx, g, patch); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, func() bool {
+		st, body := grant(leader, "op-0")
+		return st == http.StatusConflict && body["error"] == "revoked" && body["reason"] == "operator_revoked"
+	})
+	st, held := grant(leader, "op-1")
+	if st != http.StatusCreated {
+		t.Fatalf("grant op-1: %d %v", st, held)
+	}
+
+	l2 := devenv.Listeners{TLS: freeAddr(t), Aux: freeAddr(t), Metrics: freeAddr(t), Probe: freeAddr(t)}
+	second, err := p.StartOperator(ctx, l2, filepath.Join(cfg.StateDir, "operator-2.log"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Stop()
+	follower := base(l2.TLS)
+	if st, body := c.call(http.MethodGet, follower, nil); st != http.StatusServiceUnavailable || body["error"] != "not_leader" {
+		t.Fatalf("follower: %d %v", st, body)
+	}
+
+	if err := p.Operator().Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	var next string
+	waitFor(t, 60*time.Second, func() bool {
+		for _, url := range []string{follower, leader} {
+			if st, _ := c.tryCall(http.MethodGet, url, nil); st == http.StatusOK {
+				next = url
+				return true
+			}
+		}
+		return false
+	})
+	handover := time.Since(killed)
+	who := "the follower"
+	if next == leader {
+		who = "the restarted leader"
+	}
+	t.Logf("handover after SIGKILL of the leader: %v, to %s (leader-election Lease 15 s)", handover.Round(time.Millisecond), who)
+
+	if st, body := c.call(http.MethodPut, next+"/leases/migration/op-1", map[string]any{"token": held["token"]}); st != http.StatusOK {
+		t.Fatalf("renew op-1 on the new leader: %d %v", st, body)
+	}
+	if st, body := grant(next, "op-0"); st != http.StatusConflict || body["error"] != "revoked" || body["reason"] != "operator_revoked" {
+		t.Fatalf("tombstoned op-0 on the new leader: %d %v", st, body)
+	}
+	if st, body := grant(next, "op-2"); st != http.StatusConflict || body["error"] != "held" {
+		t.Fatalf("mutex on the new leader: %d %v", st, body)
+	}
+}
