@@ -134,6 +134,10 @@ test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) mariadb lint ## 
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory bench BENCH_QUICK=1
 
+.PHONY: e2e
+e2e: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb ## Only the end-to-end suite (./e2e: the binaries, real MariaDB, faults); make test runs it too.
+	$(GO) test -race -count=1 -timeout 30m ./e2e -v
+
 # make bench: the load generator of ./bench against a real control plane,
 # in one run: the floor (raw GET database + GET group + PUT Lease), the
 # product's renewals over HTTPS, and client-go's leaderelection LeaseLock,

@@ -1,0 +1,137 @@
+package e2e
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// The sequential model of the migration mutex, as DESIGN §3 states it, for
+// one group and leases that do not expire within a history (ttl 120 s):
+// one holder at a time; a grant to the holder's own operation re-grants and
+// rotates the token; only the current token renews or releases.
+
+type mutexState struct {
+	holder, token string
+}
+
+type mutexInput struct {
+	verb  string // grant, renew, release
+	op    string
+	token string // renew, release: the token the client sent
+	id    int    // the operation's index in the history
+}
+
+type mutexOutput struct {
+	// outcome: ok (200/201/204), held (409 held), not_found (404),
+	// token_mismatch (403), unknown (no answer, or an answer that does
+	// not say whether the request took effect).
+	outcome string
+	token   string // a grant's new token
+	holder  string // 409 held: the holder's operation
+}
+
+var mutexModel = porcupine.Model{
+	Init: func() any { return mutexState{} },
+	Step: func(state, input, output any) (bool, any) {
+		s, in, out := state.(mutexState), input.(mutexInput), output.(mutexOutput)
+		switch in.verb {
+		case "grant":
+			free := s.holder == "" || s.holder == in.op
+			switch out.outcome {
+			case "ok":
+				return free, mutexState{holder: in.op, token: out.token}
+			case "held":
+				return !free && out.holder == s.holder, s
+			case "unknown": // linearized here it took effect (if it could); never linearized, it did not
+				if free {
+					return true, mutexState{holder: in.op, token: fmt.Sprintf("unknown#%d", in.id)}
+				}
+				return true, s
+			}
+		case "renew":
+			mine := s.holder == in.op
+			switch out.outcome {
+			case "ok":
+				return mine && in.token == s.token, s
+			case "not_found":
+				return !mine, s
+			case "token_mismatch":
+				return mine && in.token != s.token, s
+			case "unknown":
+				return true, s
+			}
+		case "release":
+			mine := s.holder == in.op
+			switch out.outcome {
+			case "ok":
+				if mine && in.token == s.token {
+					return true, mutexState{}
+				}
+				return !mine, s
+			case "token_mismatch":
+				return mine && in.token != s.token, s
+			case "unknown":
+				if mine && in.token == s.token {
+					return true, mutexState{}
+				}
+				return true, s
+			}
+		}
+		return false, s
+	},
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(mutexInput), output.(mutexOutput)
+		return fmt.Sprintf("%s(%s) -> %s", in.verb, in.op, out.outcome)
+	},
+}
+
+// The model itself: it accepts what the contract allows and rejects two
+// holders and a rotated-out token that still renews.
+func TestMutexModel(t *testing.T) {
+	op := func(client int, call, ret int64, in mutexInput, out mutexOutput) porcupine.Operation {
+		return porcupine.Operation{ClientId: client, Call: call, Return: ret, Input: in, Output: out}
+	}
+	tests := map[string]struct {
+		history []porcupine.Operation
+		legal   bool
+	}{
+		"grant, renew, release, grant": {[]porcupine.Operation{
+			op(0, 0, 1, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t1"}),
+			op(0, 2, 3, mutexInput{verb: "renew", op: "a", token: "t1"}, mutexOutput{outcome: "ok"}),
+			op(1, 2, 3, mutexInput{verb: "grant", op: "b"}, mutexOutput{outcome: "held", holder: "a"}),
+			op(0, 4, 5, mutexInput{verb: "release", op: "a", token: "t1"}, mutexOutput{outcome: "ok"}),
+			op(1, 6, 7, mutexInput{verb: "grant", op: "b"}, mutexOutput{outcome: "ok", token: "t2"}),
+		}, true},
+		"two holders": {[]porcupine.Operation{
+			op(0, 0, 1, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t1"}),
+			op(1, 2, 3, mutexInput{verb: "grant", op: "b"}, mutexOutput{outcome: "ok", token: "t2"}),
+		}, false},
+		"a rotated-out token still renews": {[]porcupine.Operation{
+			op(0, 0, 1, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t1"}),
+			op(0, 2, 3, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t2"}),
+			op(0, 4, 5, mutexInput{verb: "renew", op: "a", token: "t1"}, mutexOutput{outcome: "ok"}),
+		}, false},
+		"a grant without an answer may have rotated the token": {[]porcupine.Operation{
+			op(0, 0, 1, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t1"}),
+			op(0, 2, 1<<62, mutexInput{verb: "grant", op: "a", id: 1}, mutexOutput{outcome: "unknown"}),
+			op(1, 3, 4, mutexInput{verb: "renew", op: "a", token: "t1"}, mutexOutput{outcome: "token_mismatch"}),
+		}, true},
+		"a grant without an answer may never have happened": {[]porcupine.Operation{
+			op(0, 0, 1<<62, mutexInput{verb: "grant", op: "a", id: 0}, mutexOutput{outcome: "unknown"}),
+			op(1, 3, 4, mutexInput{verb: "grant", op: "b"}, mutexOutput{outcome: "ok", token: "t2"}),
+		}, true},
+		"held names the wrong holder": {[]porcupine.Operation{
+			op(0, 0, 1, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t1"}),
+			op(1, 2, 3, mutexInput{verb: "grant", op: "b"}, mutexOutput{outcome: "held", holder: "c"}),
+		}, false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := porcupine.CheckOperations(mutexModel, tc.history); got != tc.legal {
+				t.Fatalf("linearizable = %v, want %v", got, tc.legal)
+			}
+		})
+	}
+}
