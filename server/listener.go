@@ -29,6 +29,11 @@ import (
 // redirect and an HTML body before any handler runs. The contract wants
 // JSON for every path under /deploy/, so those paths never reach the mux.
 type TLSServer struct {
+	// ReadTimeout bounds reading a whole request, body included (default
+	// 30 s): a client that sends its body slowly (slowloris) loses the
+	// connection instead of holding it. Headers have 10 s.
+	ReadTimeout time.Duration
+
 	opts webhook.Options
 	mux  *http.ServeMux
 	// hooks registers admission webhooks into mux, instrumented with
@@ -108,8 +113,12 @@ func (s *TLSServer) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("TLS listener: %w", err)
 	}
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		MaxHeaderBytes: 64 << 10}
+	readTimeout := s.ReadTimeout
+	if readTimeout == 0 {
+		readTimeout = 30 * time.Second
+	}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: min(10*time.Second, readTimeout), ReadTimeout: readTimeout,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

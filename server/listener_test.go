@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 
 // startListener runs a TLSServer with a webhook at /validate and, when
 // deploy is set, a deployment API that answers JSON naming the path it got.
-func startListener(t *testing.T, deploy bool) (addr string, roots *x509.CertPool) {
+func startListener(t *testing.T, deploy bool, tune ...func(*TLSServer)) (addr string, roots *x509.CertPool) {
 	t.Helper()
 	now := time.Now()
 	ca, err := pki.NewCA("test-ca", now, time.Hour)
@@ -38,9 +39,13 @@ func startListener(t *testing.T, deploy bool) (addr string, roots *x509.CertPool
 		t.Fatal(err)
 	}
 	srv := NewTLSServer(opts)
+	for _, f := range tune {
+		f(srv)
+	}
 	srv.Register("/validate", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "webhook") }))
 	if deploy {
 		srv.HandleDeploy(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body) // as the API reads a body
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusNotFound)
 			_ = json.NewEncoder(w).Encode(map[string]string{"error": "not_found", "path": r.URL.Path})
@@ -116,5 +121,51 @@ func TestDeployPathsAnswerJSONWhenTheAPIIsOff(t *testing.T) {
 		if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Type") != "application/json" || string(body) != "{\"error\":\"not_found\"}\n" {
 			t.Fatalf("%s: %d %q %s", path, resp.StatusCode, resp.Header.Get("Content-Type"), body)
 		}
+	}
+}
+
+// Hostile clients at the listener: a body sent too slowly loses its
+// connection at the read timeout, a 1 MiB header is refused with 431, and
+// TLS below 1.2 is refused at the handshake.
+func TestHostileClientsAreCutOff(t *testing.T) {
+	addr, roots := startListener(t, true, func(s *TLSServer) { s.ReadTimeout = 500 * time.Millisecond })
+	dial := func() *tls.Conn {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	t.Run("slow body", func(t *testing.T) {
+		conn := dial()
+		fmt.Fprintf(conn, "POST /deploy/v1/groups/g/leases HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+		start := time.Now()
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := io.ReadAll(conn) // an answer then EOF, or the close
+		if took := time.Since(start); took > 3*time.Second || took < 400*time.Millisecond {
+			t.Fatalf("the slow body held the connection %v (read timeout 500ms): %v", took, err)
+		}
+	})
+	t.Run("1 MiB header", func(t *testing.T) {
+		conn := dial()
+		fmt.Fprintf(conn, "GET /deploy/v1/groups/g HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n", strings.Repeat("a", 1<<20))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("1 MiB header: %d", resp.StatusCode)
+		}
+	})
+	for _, v := range []uint16{tls.VersionTLS10, tls.VersionTLS11} {
+		t.Run(tls.VersionName(v), func(t *testing.T) {
+			conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, MinVersion: v, MaxVersion: v}) //nolint:gosec // the point
+			if err == nil {
+				conn.Close()
+				t.Fatalf("%s handshake accepted", tls.VersionName(v))
+			}
+		})
 	}
 }
