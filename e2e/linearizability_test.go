@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,7 +53,7 @@ type mutexClient struct {
 	api    string
 	h      *history
 	unexp  func(string)
-	grants int
+	grants atomic.Int64 // read by the test while the client runs
 }
 
 // do sends one request and records it; ok is false when the answer says
@@ -89,7 +90,7 @@ func (m *mutexClient) do(in mutexInput) mutexOutput {
 		out = mutexOutput{outcome: "ok"}
 		if in.verb == "grant" {
 			out.token, _ = resp["token"].(string)
-			m.grants++
+			m.grants.Add(1)
 		}
 	case st == http.StatusConflict && code == "held":
 		holder, _ := resp["holder"].(map[string]any)
@@ -165,9 +166,9 @@ func TestMutexHistoryIsLinearizableAcrossALeaderKill(t *testing.T) {
 		go func() { defer wg.Done(); clients[i].run(runCtx) }()
 	}
 	time.Sleep(5 * time.Second)
-	before := 0
+	var before int64
 	for _, m := range clients {
-		before += m.grants
+		before += m.grants.Load()
 	}
 	if err := p.Operator().Kill(); err != nil {
 		t.Fatal(err)
@@ -186,7 +187,7 @@ func TestMutexHistoryIsLinearizableAcrossALeaderKill(t *testing.T) {
 	wg.Wait()
 	after := -before
 	for _, m := range clients {
-		after += m.grants
+		after += m.grants.Load()
 	}
 	if len(unexpected) > 0 {
 		t.Fatalf("answers outside the model: %v", unexpected)
