@@ -81,6 +81,9 @@ type authenticator struct {
 
 	mu       sync.Mutex
 	inflight map[[sha256.Size]byte]*review
+	// missHook, when set (tests), runs between a cache miss and the
+	// in-flight check.
+	missHook func()
 }
 
 type cachedReview struct {
@@ -124,19 +127,12 @@ func (a *authenticator) authenticate(ctx context.Context, r *http.Request) (Iden
 	}
 	key := sha256.Sum256([]byte(token))
 	now := a.clock.Now()
-	if v, ok := a.cache.Get(key); ok {
-		if c := v.(cachedReview); now.Before(c.expires) {
-			return c.id, nil
-		}
-		a.cache.Remove(key)
+	if id, hit, err := a.cached(key, now); hit {
+		return id, err
 	}
-	if v, ok := a.refused.Get(key); ok {
-		if now.Before(v.(time.Time)) {
-			return Identity{}, errUnauthenticated
-		}
-		a.refused.Remove(key)
+	if a.missHook != nil {
+		a.missHook()
 	}
-
 	a.mu.Lock()
 	if f, ok := a.inflight[key]; ok {
 		a.mu.Unlock()
@@ -146,6 +142,12 @@ func (a *authenticator) authenticate(ctx context.Context, r *http.Request) (Iden
 		case <-ctx.Done():
 			return Identity{}, fmt.Errorf("token review: %w", ctx.Err())
 		}
+	}
+	// A review that finished since the miss above has cached its answer
+	// (it caches before it leaves inflight).
+	if id, hit, err := a.cached(key, now); hit {
+		a.mu.Unlock()
+		return id, err
 	}
 	f := &review{done: make(chan struct{}), err: errors.New("token review did not finish")}
 	a.inflight[key] = f
@@ -163,6 +165,24 @@ func (a *authenticator) authenticate(ctx context.Context, r *http.Request) (Iden
 	id, err := a.review(rctx, token, key)
 	f.id, f.err = id, err
 	return id, err
+}
+
+// cached is the cached answer for key: a live success, or a live refusal
+// (errUnauthenticated); hit is false when there is none.
+func (a *authenticator) cached(key [sha256.Size]byte, now time.Time) (id Identity, hit bool, err error) {
+	if v, ok := a.cache.Get(key); ok {
+		if c := v.(cachedReview); now.Before(c.expires) {
+			return c.id, true, nil
+		}
+		a.cache.Remove(key)
+	}
+	if v, ok := a.refused.Get(key); ok {
+		if now.Before(v.(time.Time)) {
+			return Identity{}, true, errUnauthenticated
+		}
+		a.refused.Remove(key)
+	}
+	return Identity{}, false, nil
 }
 
 // review asks the API server and caches the answer: success until the

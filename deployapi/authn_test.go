@@ -281,3 +281,40 @@ func TestConcurrentMissesForOneTokenAreOneReview(t *testing.T) {
 		t.Fatalf("%d reviews for %d concurrent requests with one token; want 1", got, n)
 	}
 }
+
+// A request that misses the cache while a review of its token is finishing
+// uses that review's answer: it neither waits for a review that has left
+// nor starts a second one.
+func TestAMissAsAReviewFinishesCostsNoSecondReview(t *testing.T) {
+	g := &gatedReviews{stubReviews: stubReviews{t: t, audiences: []string{"bloodraven-deploy"}},
+		started: make(chan struct{}, 64), release: make(chan struct{})}
+	clk := clocktesting.NewFakeClock(time.Now())
+	a := newAuthenticatorFor(g, "bloodraven-deploy", clk, DefaultAuthCacheTTL, 16)
+	token := jwt(`{"exp":` + strconv.FormatInt(clk.Now().Add(time.Hour).Unix(), 10) + `}`)
+	first := make(chan struct{})
+	var misses atomic.Int64
+	a.missHook = func() {
+		if misses.Add(1) == 2 {
+			<-first // the second request missed the cache; hold it until the first review is done
+		}
+	}
+	go func() {
+		defer close(first)
+		if _, err := authenticateToken(a, token); err != nil {
+			t.Error(err)
+		}
+	}()
+	<-g.started
+	second := make(chan error, 1)
+	go func() { _, err := authenticateToken(a, token); second <- err }()
+	for misses.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	close(g.release)
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	if got := g.count.Load(); got != 1 {
+		t.Fatalf("%d reviews; the second request should have used the first review's answer", got)
+	}
+}

@@ -45,6 +45,23 @@ type tlsClient struct {
 	token string
 }
 
+// startFollower starts a second operator replica on free ports, stopped at
+// the end of t, and checks that it answers 503 not_leader.
+func startFollower(t *testing.T, p *devenv.Playground, cfg devenv.Config, c *tlsClient) (*devenv.Operator, devenv.Listeners) {
+	t.Helper()
+	l := devenv.Listeners{TLS: freeAddr(t), Aux: freeAddr(t), Metrics: freeAddr(t), Probe: freeAddr(t)}
+	op, err := p.StartOperator(context.Background(), l, filepath.Join(cfg.StateDir, "operator-2.log"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(op.Stop)
+	url := "https://" + l.TLS + "/deploy/v1/groups/" + devenv.GroupName
+	if st, body := c.call(http.MethodGet, url, nil); st != http.StatusServiceUnavailable || body["error"] != "not_leader" {
+		t.Fatalf("follower: %d %v", st, body)
+	}
+	return op, l
+}
+
 func (c *tlsClient) call(method, url string, body any, headers ...string) (int, map[string]any) {
 	c.t.Helper()
 	st, out, err := c.do(method, url, body, headers...)
@@ -162,15 +179,7 @@ func TestDeployAPIOverTLSAcrossLeaderChange(t *testing.T) {
 	}
 
 	// A second replica: ready, not leader, and it says so.
-	l2 := devenv.Listeners{TLS: freeAddr(t), Aux: freeAddr(t), Metrics: freeAddr(t), Probe: freeAddr(t)}
-	second, err := p.StartOperator(ctx, l2, filepath.Join(cfg.StateDir, "operator-2.log"), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer second.Stop()
-	if st, body := c.call(http.MethodGet, base(l2.TLS), nil); st != http.StatusServiceUnavailable || body["error"] != "not_leader" {
-		t.Fatalf("follower: %d %v", st, body)
-	}
+	second, l2 := startFollower(t, p, cfg, c)
 
 	// The leader stops (releasing its lease); the follower takes over.
 	start := time.Now()

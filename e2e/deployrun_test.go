@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"os"
@@ -11,9 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/shipstream/bloodraven/devenv"
 )
@@ -25,7 +21,6 @@ import (
 // the client stops its command and exits 5 (lost after DDL), and the
 // Warning DeploymentLeaseRevoked is raised.
 func TestEmergencyFailoverDuringDeployRun(t *testing.T) {
-	ctx := context.Background()
 	p, cfg := upPlayground(t)
 	admin, key, g := bootstrappedWithBudget(t, p, 5)
 	probe := siteObserver(t)
@@ -74,14 +69,7 @@ func TestEmergencyFailoverDuringDeployRun(t *testing.T) {
 	if err != nil || !strings.Contains(string(rec), "lost-after-ddl") {
 		t.Fatalf("outcome file: %v %s", err, rec)
 	}
-	var events corev1.EventList
-	if err := admin.List(ctx, &events, client.InNamespace(devenv.PlaygroundNamespace)); err != nil {
-		t.Fatal(err)
-	}
-	var reasons []string
-	for _, e := range events.Items {
-		reasons = append(reasons, e.Reason)
-	}
+	reasons := eventReasons(t, admin)
 	if !slices.Contains(reasons, "DeploymentLeaseRevoked") || !slices.Contains(reasons, "EmergencyFailover") {
 		t.Fatalf("events %v, want DeploymentLeaseRevoked and EmergencyFailover", reasons)
 	}

@@ -48,24 +48,16 @@ func TestEmergencyFailoverOfRealMariaDB(t *testing.T) {
 	if err := admin.Get(ctx, key, g); err != nil || g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 2 {
 		t.Fatalf("the returning primary moved the fence: %s/%d (%v)", g.Status.ActiveSite, g.Status.TopologyGeneration, err)
 	}
-	var events corev1.EventList
-	if err := admin.List(ctx, &events, client.InNamespace(devenv.PlaygroundNamespace)); err != nil {
-		t.Fatal(err)
-	}
-	var reasons []string
-	for _, e := range events.Items {
-		reasons = append(reasons, e.Reason)
-	}
+	reasons := eventReasons(t, admin)
 	if !slices.Contains(reasons, "EmergencyFailover") || !slices.Contains(reasons, "SiteFenced") {
 		t.Fatalf("events %v, want EmergencyFailover and SiteFenced", reasons)
 	}
 	t.Logf("events: %v", reasons)
 }
 
-// bootstrappedWithBudget waits for the playground's group to be bootstrapped
-// and sets its failure-detection budget to seconds. It returns an admin
-// client, the group's key and the group.
-func bootstrappedWithBudget(t *testing.T, p *devenv.Playground, seconds int32) (client.Client, client.ObjectKey, *v1.MysqlFailoverGroup) {
+// bootstrapped waits for the playground's group to be bootstrapped
+// (generation 1) and returns an admin client, the group's key and the group.
+func bootstrapped(t *testing.T, p *devenv.Playground) (client.Client, client.ObjectKey, *v1.MysqlFailoverGroup) {
 	t.Helper()
 	ctx := context.Background()
 	admin, err := client.New(p.AdminConfig, client.Options{Scheme: bloodravenscheme.New()})
@@ -75,12 +67,35 @@ func bootstrappedWithBudget(t *testing.T, p *devenv.Playground, seconds int32) (
 	key := client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.GroupName}
 	g := &v1.MysqlFailoverGroup{}
 	waitFor(t, 30*time.Second, func() bool { _ = admin.Get(ctx, key, g); return g.Status.TopologyGeneration == 1 })
+	return admin, key, g
+}
+
+// bootstrappedWithBudget is bootstrapped, then sets the group's
+// failure-detection budget to seconds.
+func bootstrappedWithBudget(t *testing.T, p *devenv.Playground, seconds int32) (client.Client, client.ObjectKey, *v1.MysqlFailoverGroup) {
+	t.Helper()
+	admin, key, g := bootstrapped(t, p)
 	patch := client.MergeFrom(g.DeepCopy())
 	g.Spec.FailureDetectionSeconds = seconds
-	if err := admin.Patch(ctx, g, patch); err != nil { // a merge patch: the operator writes the group too
+	if err := admin.Patch(context.Background(), g, patch); err != nil { // a merge patch: the operator writes the group too
 		t.Fatal(err)
 	}
 	return admin, key, g
+}
+
+// eventReasons lists the reasons of the Events in the playground's
+// namespace.
+func eventReasons(t *testing.T, admin client.Client) []string {
+	t.Helper()
+	var events corev1.EventList
+	if err := admin.List(context.Background(), &events, client.InNamespace(devenv.PlaygroundNamespace)); err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for _, e := range events.Items {
+		reasons = append(reasons, e.Reason)
+	}
+	return reasons
 }
 
 // siteObserver is an independent observer of the playground's sites, with

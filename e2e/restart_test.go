@@ -13,7 +13,6 @@ import (
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/devenv"
-	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 )
 
 // The spec's quiz, on the binaries: a failover-hold is taken, a planned
@@ -26,13 +25,7 @@ func TestHoldSurvivesAnOperatorCrash(t *testing.T) {
 	p, cfg := upPlayground(t)
 	c := deployClient(t, p)
 	api := "https://" + cfg.TLSAddr + "/deploy/v1/groups/" + devenv.GroupName
-	admin, err := client.New(p.AdminConfig, client.Options{Scheme: bloodravenscheme.New()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &v1.MysqlFailoverGroup{}
-	key := client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.GroupName}
-	waitFor(t, 30*time.Second, func() bool { _ = admin.Get(ctx, key, g); return g.Status.TopologyGeneration == 1 })
+	admin, key, g := bootstrapped(t, p)
 
 	const holdTTL = 45 * time.Second
 	if st, body := c.call(http.MethodPost, api+"/leases", map[string]any{"kind": "migration", "operationId": "op-quiz", "instance": devenv.DatabaseName, "ttlSeconds": 120}); st != http.StatusCreated {
