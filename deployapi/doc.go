@@ -37,8 +37,11 @@
 //     once the mutex expires, is released or revoked, the hold's renewal
 //     answers 404 and it is not listed. Releasing the mutex releases the
 //     operation's hold first.
-//   - Every hold grant (a re-grant included) re-reads the group after its
-//     write and withdraws the hold (423) if a reservation appeared.
+//   - Every grant (a re-grant included) re-reads the group after its write
+//     and withdraws what it wrote (423) if the topology generation moved past
+//     the lease's or a transition appeared, and, for a failover-hold, if a
+//     reservation appeared (policy.GrantOvertaken). A 201 or 200 therefore
+//     names a lease that was at the current generation after it was written.
 //   - A stale-generation revocation re-reads and re-checks the record; a
 //     lease at the current generation is never revoked by a cache lag.
 //   - A lease counts only for the group incarnation (UID) it was granted

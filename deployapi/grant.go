@@ -106,14 +106,8 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGro
 	if _, err := s.leases.Put(ctx, g, name, target, rec); err != nil {
 		return result{}, err
 	}
-	if c.kind == leases.KindFailoverHold {
-		// The controller writes its reservation, then reads holds; we wrote
-		// the hold, now read the reservation. Of the two, at least one sees
-		// the other: if we see it, we withdraw. This holds for every hold
-		// grant, a re-grant included.
-		if err := s.withdrawIfReserved(ctx, g, rec); err != nil {
-			return result{}, err
-		}
+	if err := s.confirmGrant(ctx, g, rec); err != nil {
+		return result{}, err
 	}
 	status := http.StatusCreated
 	if outcome == policy.OutcomeRegrant {
@@ -122,18 +116,30 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGro
 	return ok(status, grantJSON{leaseBody: bodyOf(&rec), Token: token}), nil
 }
 
-// withdrawIfReserved re-reads the group after a failover-hold was written;
-// when a reservation or transition appeared meanwhile, it releases the hold
-// it wrote and answers 423.
-func (s *Server) withdrawIfReserved(ctx context.Context, g *v1.MysqlFailoverGroup, rec leases.Record) error {
+// confirmGrant re-reads the group after a grant was written, and withdraws
+// the grant (releases the record it wrote, answers 423) when either:
+//   - the topology generation moved past the one the grant was written at:
+//     the group was read before a move and the write landed after it, so the
+//     lease was fenced before it existed, and the controller may already have
+//     revoked what it saw without seeing this lease;
+//   - for a failover-hold, a reservation or transition appeared: the
+//     controller writes its reservation, then reads holds; the API writes the
+//     hold, then reads the reservation. Of the two, at least one sees the
+//     other, and if it is the API, the hold is withdrawn. This holds for
+//     every hold grant, a re-grant included.
+//
+// A grant that answers 201 (or 200) was therefore, at one instant after its
+// write, at the group's current generation and, for a hold, unopposed by a
+// planned operation.
+func (s *Server) confirmGrant(ctx context.Context, g *v1.MysqlFailoverGroup, rec leases.Record) error {
 	fresh := &v1.MysqlFailoverGroup{}
 	if err := s.api.Get(ctx, client.ObjectKeyFromObject(g), fresh); err != nil {
-		return fmt.Errorf("re-read group after hold grant: %w", err)
+		return fmt.Errorf("re-read group after grant: %w", err)
 	}
-	if fresh.Status.Reservation == nil && fresh.Status.Transition == nil {
+	if !policy.GrantOvertaken(rec.Kind, rec.Generation, groupView(fresh)) {
 		return nil
 	}
-	_, err := s.leases.Transition(ctx, g, leases.KindFailoverHold, rec.OperationID, func(cur *leases.Record) (leases.Record, bool) {
+	_, err := s.leases.Transition(ctx, g, rec.Kind, rec.OperationID, func(cur *leases.Record) (leases.Record, bool) {
 		if cur.TokenHash != rec.TokenHash || cur.State != leases.StateActive {
 			return leases.Record{}, false
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,4 +172,77 @@ func TestLeasesAreBoundToTheirGroupsIdentity(t *testing.T) {
 		expectError(t, f.do(http.MethodPost, groupPath+"/leases", f.token, grantBody("migration", "op-a", 30)), http.StatusForbidden, "forbidden")
 		expectError(t, f.do(http.MethodPost, groupPath+"/leases", f.token, grantBody("migration", "op-b", 30)), http.StatusForbidden, "forbidden")
 	})
+}
+
+// movingReader reads through to the API server; once armed, the first group
+// read it answers is followed by move, before the caller sees the group. So
+// the fence moves between the grant's decision and its write.
+type movingReader struct {
+	client.Reader
+	armed *atomic.Bool
+	move  func()
+}
+
+func (r movingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	err := r.Reader.Get(ctx, key, obj, opts...)
+	if _, isGroup := obj.(*v1.MysqlFailoverGroup); isGroup && err == nil && r.armed.CompareAndSwap(true, false) {
+		r.move()
+	}
+	return err
+}
+
+// A grant whose group read was taken before the primary moved, and whose
+// write landed after the move had completed, must not answer 201: the lease
+// it wrote carries the old generation, so it was fenced before it existed. A
+// hold granted that way would be answered 201 after the planned failover it
+// should have deferred had already run (seen in CI as
+// TestHoldGrantsRacingAdmissionsNeverBothProceed, round 23). The grant is
+// withdrawn and answers 423; the retry is decided at the new generation.
+func TestAGrantOvertakenByAMoveIsWithdrawn(t *testing.T) {
+	for _, tc := range []struct {
+		kind       string
+		retryCode  int    // the same POST, retried at the new generation
+		retryError string // its error code, when it is an error
+	}{
+		// The mutex was never granted, so the operation may have it now.
+		{kind: "migration", retryCode: http.StatusCreated},
+		// The operation's mutex is at the old generation: the retry finds it
+		// fenced, revokes the operation, and says so.
+		{kind: "failover-hold", retryCode: http.StatusConflict, retryError: "revoked"},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			f := newFixture(t)
+			if tc.kind == "failover-hold" {
+				f.grantTTL("migration", "op-a", 120, http.StatusCreated)
+			}
+			var armed atomic.Bool
+			reader := movingReader{Reader: env.Client, armed: &armed, move: func() {
+				// The whole planned failover, as the controller persists it:
+				// generation bumped, transition and reservation gone.
+				f.setStatus(func(s *v1.MysqlFailoverGroupStatus) { s.TopologyGeneration = 2; s.ActiveSite = "pdx" })
+			}}
+			srv := f.newServer()
+			srv.api = reader
+			armed.Store(true)
+			r := f.doWith(srv, http.MethodPost, groupPath+"/leases", f.token, grantBody(tc.kind, "op-a", 120))
+			if armed.Load() {
+				t.Fatal("the group was never read: the test did not move the fence")
+			}
+			expectError(t, r, http.StatusLocked, "unstable")
+			_, rec, err := f.store.GetOwn(f.ctx, f.group, leases.Kind(tc.kind), "op-a", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec == nil || rec.Generation != 1 || rec.State == leases.StateActive {
+				t.Fatalf("the overtaken %s was left %+v; want it written at generation 1 and withdrawn", tc.kind, rec)
+			}
+			retry := f.do(http.MethodPost, groupPath+"/leases", f.token, grantBody(tc.kind, "op-a", 120))
+			if retry.status != tc.retryCode || (tc.retryError != "" && retry.str("error") != tc.retryError) {
+				t.Fatalf("retry: %d %s, want %d %s", retry.status, retry.raw, tc.retryCode, tc.retryError)
+			}
+			if tc.retryCode == http.StatusCreated && retry.num("topologyGeneration") != 2 {
+				t.Fatalf("retry granted at generation %v, want 2", retry.num("topologyGeneration"))
+			}
+		})
+	}
 }

@@ -73,6 +73,16 @@ func (g GroupView) unstableFor(kind leases.Kind) bool {
 	return g.Transition || (kind == leases.KindFailoverHold && g.Reservation)
 }
 
+// GrantOvertaken tells whether a grant written at generation must be
+// withdrawn, judged on the group as re-read after the write: the fence moved
+// past the grant (the lease was fenced before it existed), or the group
+// became unstable for its kind (a transition for any grant; a reservation
+// for a failover-hold, because the controller reads holds only after it has
+// written its reservation).
+func GrantOvertaken(kind leases.Kind, generation int64, g GroupView) bool {
+	return g.Generation != generation || g.unstableFor(kind)
+}
+
 // GrantInput is what a POST decision needs.
 type GrantInput struct {
 	Kind        leases.Kind

@@ -177,3 +177,28 @@ func TestDecideRelease(t *testing.T) {
 		})
 	}
 }
+
+func TestGrantOvertaken(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kind leases.Kind
+		gen  int64
+		g    GroupView
+		want bool
+	}{
+		{"a migration at the current generation stands", leases.KindMigration, 3, GroupView{Generation: 3}, false},
+		{"a hold at the current generation stands", leases.KindFailoverHold, 3, GroupView{Generation: 3}, false},
+		{"a migration whose group moved meanwhile is withdrawn", leases.KindMigration, 3, GroupView{Generation: 4}, true},
+		{"a hold whose group moved meanwhile is withdrawn", leases.KindFailoverHold, 3, GroupView{Generation: 4}, true},
+		{"a migration beside a reservation stands", leases.KindMigration, 3, GroupView{Generation: 3, Reservation: true}, false},
+		{"a hold beside a reservation is withdrawn", leases.KindFailoverHold, 3, GroupView{Generation: 3, Reservation: true}, true},
+		{"a migration beside a transition is withdrawn", leases.KindMigration, 3, GroupView{Generation: 3, Transition: true}, true},
+		{"a hold beside a transition is withdrawn", leases.KindFailoverHold, 3, GroupView{Generation: 3, Transition: true}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := GrantOvertaken(tc.kind, tc.gen, tc.g); got != tc.want {
+				t.Fatalf("GrantOvertaken = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
