@@ -19,6 +19,7 @@ import (
 
 	// MySQL protocol driver for database/sql.
 	_ "github.com/go-sql-driver/mysql"
+	"github.com/shipstream/bloodraven/internal/childproc"
 )
 
 // Binaries the package needs, from Debian's mariadb-server.
@@ -122,7 +123,7 @@ func (s *Server) start() error {
 		"--skip-slave-start", "--max-connections=200")
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
+	if err := childproc.Do(s.cmd.Start); err != nil {
 		log.Close()
 		return fmt.Errorf("start mariadbd %s: %w", s.Name, err)
 	}

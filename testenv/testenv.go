@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/shipstream/bloodraven/internal/childproc"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 )
 
@@ -37,6 +38,8 @@ type Env struct {
 	// Kube is a client-go clientset for Config.
 	Kube   kubernetes.Interface
 	Scheme *kruntime.Scheme
+	// launchers holds the kube-apiserver and etcd launchers (ControlPlane).
+	launchers string
 }
 
 // Options tune Start.
@@ -65,6 +68,15 @@ func Start(opts Options) (*Env, error) {
 		}
 	}
 	scheme := bloodravenscheme.New()
+	launchers, err := os.MkdirTemp("", "bloodraven-controlplane-")
+	if err != nil {
+		return nil, fmt.Errorf("control plane launchers: %w", err)
+	}
+	cp, err := ControlPlane(assets, launchers)
+	if err != nil {
+		os.RemoveAll(launchers)
+		return nil, err
+	}
 	env := &envtest.Environment{
 		Scheme:                   scheme,
 		CRDDirectoryPaths:        []string{filepath.Join(root, "config", "crd")},
@@ -73,9 +85,11 @@ func Start(opts Options) (*Env, error) {
 		WebhookInstallOptions:    opts.Webhooks,
 		ControlPlaneStartTimeout: 60 * time.Second,
 		ControlPlaneStopTimeout:  30 * time.Second,
+		ControlPlane:             cp,
 	}
-	cfg, err := env.Start()
-	if err != nil {
+	var cfg *rest.Config
+	if err := childproc.Do(func() (err error) { cfg, err = env.Start(); return err }); err != nil {
+		os.RemoveAll(launchers)
 		return nil, fmt.Errorf("start control plane: %w", err)
 	}
 	// The API server behind the deployment API must not be throttled by the
@@ -84,18 +98,39 @@ func Start(opts Options) (*Env, error) {
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		_ = env.Stop()
+		os.RemoveAll(launchers)
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		_ = env.Stop()
+		os.RemoveAll(launchers)
 		return nil, fmt.Errorf("clientset: %w", err)
 	}
-	return &Env{Environment: env, Config: cfg, Client: c, Kube: kube, Scheme: scheme}, nil
+	return &Env{Environment: env, Config: cfg, Client: c, Kube: kube, Scheme: scheme, launchers: launchers}, nil
 }
 
 // Stop stops the control plane.
-func (e *Env) Stop() error { return e.Environment.Stop() }
+func (e *Env) Stop() error {
+	defer os.RemoveAll(e.launchers)
+	return e.Environment.Stop()
+}
+
+// ControlPlane returns envtest's kube-apiserver and etcd for the binaries in
+// assets, each started through a launcher written into dir that makes it die
+// with this process (internal/childproc): a test binary that panics or is
+// killed leaves no control plane behind. Start it inside childproc.Do.
+func ControlPlane(assets, dir string) (envtest.ControlPlane, error) {
+	api, err := childproc.Wrap(dir, filepath.Join(assets, "kube-apiserver"))
+	if err != nil {
+		return envtest.ControlPlane{}, err
+	}
+	etcd, err := childproc.Wrap(dir, filepath.Join(assets, "etcd"))
+	if err != nil {
+		return envtest.ControlPlane{}, err
+	}
+	return envtest.ControlPlane{APIServer: &envtest.APIServer{Path: api}, Etcd: &envtest.Etcd{Path: etcd}}, nil
+}
 
 // Main is a TestMain body: it starts the control plane, stores it in *env,
 // runs setup hooks (each may return a cleanup), runs the tests and stops

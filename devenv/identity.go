@@ -1,0 +1,80 @@
+package devenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/shipstream/bloodraven/pki"
+)
+
+// installOperatorIdentity creates the operator's namespace, ServiceAccount
+// and RBAC (config/rbac/role.yaml, generated) and writes a kubeconfig that
+// authenticates as that ServiceAccount.
+func (p *Playground) installOperatorIdentity(ctx context.Context, c client.Client, kube kubernetes.Interface) error {
+	data, err := os.ReadFile(filepath.Join(p.cfg.Root, "config", "rbac", "role.yaml"))
+	if err != nil {
+		return fmt.Errorf("operator RBAC: %w", err)
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.UnmarshalStrict(data, role); err != nil {
+		return fmt.Errorf("operator RBAC %s: %w", "config/rbac/role.yaml", err)
+	}
+	objs := []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: OperatorNamespace}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: OperatorServiceAccount, Namespace: OperatorNamespace}},
+		role,
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: OperatorServiceAccount, Namespace: OperatorNamespace}},
+		},
+	}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil {
+			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	token, err := requestToken(ctx, kube, OperatorNamespace, OperatorServiceAccount, nil, 7*24*time.Hour)
+	if err != nil {
+		return err
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["playground"] = &clientcmdapi.Cluster{Server: p.AdminConfig.Host, CertificateAuthorityData: p.AdminConfig.CAData}
+	kc.AuthInfos["bloodraven"] = &clientcmdapi.AuthInfo{Token: token}
+	kc.Contexts["bloodraven"] = &clientcmdapi.Context{Cluster: "playground", AuthInfo: "bloodraven", Namespace: OperatorNamespace}
+	kc.CurrentContext = "bloodraven"
+	out, err := clientcmd.Write(*kc)
+	if err != nil {
+		return fmt.Errorf("operator kubeconfig: %w", err)
+	}
+	return pki.WriteFileAtomic(p.Paths.OperatorKubeconfig, out, 0o600)
+}
+
+func requestToken(ctx context.Context, kube kubernetes.Interface, ns, name string, audiences []string, ttl time.Duration) (string, error) {
+	tr, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: audiences, ExpirationSeconds: ptr.To(int64(ttl.Seconds()))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("TokenRequest for %s/%s: %w", ns, name, err)
+	}
+	return tr.Status.Token, nil
+}
+
+// OperatorIdentity is the user name the operator authenticates as.
+func OperatorIdentity() string {
+	return "system:serviceaccount:" + OperatorNamespace + ":" + OperatorServiceAccount
+}
