@@ -1,10 +1,16 @@
 package deployapi
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
@@ -135,13 +142,36 @@ func waitCached(t testing.TB, f *fixture, name string, g response) {
 	t.Fatal("lease cache never saw the grant")
 }
 
-func TestAPIServerThrottlingIsServiceUnavailable(t *testing.T) {
-	e := errFromKube(apierrors.NewTooManyRequests("slow down", 3))
-	if e.status != http.StatusServiceUnavailable || e.code != "unavailable" || e.retryAfter != 3 {
-		t.Fatalf("429 maps to %+v", e)
-	}
-	if e := errFromKube(apierrors.NewInternalError(errors.New("etcd down"))); e.status != 500 || e.code != "internal" {
-		t.Fatalf("500 maps to %+v", e)
+func TestAPIServerFailuresAreServiceUnavailable(t *testing.T) {
+	refused := &url.Error{Op: "Put", URL: "https://127.0.0.1:6443/apis/coordination.k8s.io/v1/namespaces/ns/leases/x",
+		Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}
+	for _, tc := range []struct {
+		name   string
+		err    error
+		status int
+		code   string
+		retry  int
+	}{
+		{"throttled (429)", apierrors.NewTooManyRequests("slow down", 3), 503, "unavailable", 3},
+		{"the API server failed (500)", apierrors.NewInternalError(errors.New("etcd down")), 503, "unavailable", 1},
+		{"the API server is unavailable (503)", apierrors.NewServiceUnavailable("etcd down"), 503, "unavailable", 1},
+		{"the API server timed out", apierrors.NewTimeoutError("etcd slow", 2), 503, "unavailable", 2},
+		{"connection refused", fmt.Errorf("get group: %w", refused), 503, "unavailable", 1},
+		{"connection reset", fmt.Errorf("put lease: %w", syscall.ECONNRESET), 503, "unavailable", 1},
+		{"no answer in time", fmt.Errorf("get group: %w", context.DeadlineExceeded), 503, "unavailable", 1},
+		{"contended", leasestore.ErrContended, 503, "unavailable", 1},
+		{"the operator's own request forbidden (RBAC not yet in force after a restart)", fmt.Errorf("token review: %w",
+			apierrors.NewForbidden(schema.GroupResource{Group: "authentication.k8s.io", Resource: "tokenreviews"}, "", errors.New("RBAC: not found"))), 503, "unavailable", 1},
+		{"the operator's credentials refused", apierrors.NewUnauthorized("token expired"), 503, "unavailable", 1},
+		{"our own failure", errors.New("boom"), 500, "internal", 0},
+		{"a refused object (422)", apierrors.NewInvalid(schema.GroupKind{Group: "coordination.k8s.io", Kind: "Lease"}, "x", nil), 500, "internal", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := errFromKube(tc.err)
+			if e.status != tc.status || e.code != tc.code || e.retryAfter != tc.retry {
+				t.Fatalf("maps to %d %s retry %d, want %d %s retry %d", e.status, e.code, e.retryAfter, tc.status, tc.code, tc.retry)
+			}
+		})
 	}
 	if e := errFromKube(errForbidden); e != errForbidden {
 		t.Fatal("typed errors pass through")

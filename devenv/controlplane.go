@@ -1,9 +1,14 @@
 package devenv
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -58,18 +63,60 @@ func (p *Playground) startControlPlane() error {
 	return nil
 }
 
-// StopAPIServer stops kube-apiserver (SIGTERM; it finishes what is in
-// flight) and leaves etcd, the sites and the operator running: an API-server
-// outage.
-func (p *Playground) StopAPIServer() error {
-	if err := p.env.ControlPlane.APIServer.Stop(); err != nil {
+// KillAPIServer kills kube-apiserver with SIGKILL, as a crash or the loss
+// of its node would: requests in flight get no answer and nothing is
+// drained. etcd, the sites and the operator keep running. (A SIGTERM drains
+// for about ten seconds first, answering 503, which blurs when the outage
+// began.)
+func (p *Playground) KillAPIServer() error {
+	pid, err := childProcess("kube-apiserver", "--cert-dir="+p.env.ControlPlane.APIServer.CertDir)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill kube-apiserver: %w", err)
+	}
+	if err := p.env.ControlPlane.APIServer.Stop(); err != nil { // reaps it
 		return fmt.Errorf("stop kube-apiserver: %w", err)
 	}
-	p.logf(">> kube-apiserver stopped")
+	p.logf(">> kube-apiserver killed")
 	return nil
 }
 
-// StartAPIServer starts kube-apiserver again after StopAPIServer, on the same
+// childProcess finds this process's child running binary with arg among its
+// arguments.
+func childProcess(binary, arg string) (int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, fmt.Errorf("find %s: %w", binary, err)
+	}
+	self := strconv.Itoa(os.Getpid())
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) < 2 || fields[1] != self {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if filepath.Base(args[0]) == binary && slices.Contains(args, arg) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no %s with %s among this process's children", binary, arg)
+}
+
+// StartAPIServer starts kube-apiserver again after KillAPIServer, on the same
 // address with the same certificates and service-account keys, so every
 // kubeconfig and token still works; it returns once the API server is
 // healthy.

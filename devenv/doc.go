@@ -21,7 +21,7 @@
 //     (internal/childproc: a parent-death signal set on a thread that lives
 //     as long as the process).
 //   - The control plane can be disturbed on purpose and recovers with its
-//     state: StopAPIServer/StartAPIServer (same address, certificates and
+//     state: KillAPIServer/StartAPIServer (same address, certificates and
 //     service-account keys: every kubeconfig and token keeps working) and
 //     RestartEtcd (same data directory).
 //

@@ -23,8 +23,14 @@ import (
 // dev-restart-operator` signals it (SIGTERM, or SIGNAL=KILL for a crash).
 
 // maxFailedRestarts is how many restarts in a row may fail before the
-// supervisor gives up and Exited reports it.
-const maxFailedRestarts = 5
+// supervisor gives up and Exited reports it. Between failed restarts it
+// waits 1 s, doubling up to maxRestartBackoff (like a kubelet's
+// CrashLoopBackOff, shorter): about a minute in all, so an API server that
+// is down for a while does not end the playground.
+const (
+	maxFailedRestarts = 8
+	maxRestartBackoff = 10 * time.Second
+)
 
 type supervisor struct {
 	mu       sync.Mutex
@@ -96,7 +102,7 @@ func (p *Playground) superviseLoop() {
 			select {
 			case <-s.ctx.Done():
 				return
-			case <-time.After(time.Duration(failed) * time.Second):
+			case <-time.After(min(time.Second<<(failed-1), maxRestartBackoff)):
 			}
 		}
 	}

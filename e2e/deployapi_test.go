@@ -6,9 +6,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,6 +83,36 @@ func (c *tlsClient) tryCall(method, url string, body any, headers ...string) (in
 }
 
 func (c *tlsClient) do(method, url string, body any, headers ...string) (int, map[string]any, error) {
+	st, raw, _, err := c.send(method, url, body, headers...)
+	if err != nil {
+		return 0, nil, err
+	}
+	var out map[string]any
+	_ = json.Unmarshal(raw, &out)
+	return st, out, nil
+}
+
+// errNotJSON: an answer under /deploy/ that is not the contract's JSON.
+var errNotJSON = errors.New("not a JSON answer")
+
+// doJSON is do for callers that hold the server to the contract: every
+// answer but 204 is application/json with a JSON object body.
+func (c *tlsClient) doJSON(method, url string, body any, headers ...string) (int, map[string]any, error) {
+	st, raw, ct, err := c.send(method, url, body, headers...)
+	if err != nil || st == http.StatusNoContent {
+		return st, nil, err
+	}
+	var out map[string]any
+	if !strings.HasPrefix(ct, "application/json") {
+		return st, nil, fmt.Errorf("%w: %d with Content-Type %q: %.200s", errNotJSON, st, ct, raw)
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return st, nil, fmt.Errorf("%w: %d: %v: %.200s", errNotJSON, st, err, raw)
+	}
+	return st, out, nil
+}
+
+func (c *tlsClient) send(method, url string, body any, headers ...string) (status int, raw []byte, contentType string, err error) {
 	var rd *bytes.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -88,7 +122,7 @@ func (c *tlsClient) do(method, url string, body any, headers ...string) (int, ma
 	}
 	req, err := http.NewRequest(method, url, rd)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, "", err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	for i := 0; i+1 < len(headers); i += 2 {
@@ -96,12 +130,14 @@ func (c *tlsClient) do(method, url string, body any, headers ...string) (int, ma
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, "", err
 	}
 	defer resp.Body.Close()
-	var out map[string]any
-	_ = json.NewDecoder(resp.Body).Decode(&out)
-	return resp.StatusCode, out, nil
+	raw, err = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, nil, "", err
+	}
+	return resp.StatusCode, raw, resp.Header.Get("Content-Type"), nil
 }
 
 // The deployment API through the operator binary, over the real TLS

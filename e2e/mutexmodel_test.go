@@ -30,62 +30,65 @@ type mutexOutput struct {
 	outcome string
 	token   string // a grant's new token
 	holder  string // 409 held: the holder's operation
+	// status and answeredAt, for unknown: the 5xx that came back and when
+	// (status 0: no answer at all).
+	status     int
+	answeredAt int64
 }
 
-var mutexModel = porcupine.Model{
-	Init: func() any { return mutexState{} },
-	Step: func(state, input, output any) (bool, any) {
+// mutexModel is nondeterministic: a request without a verdict ("unknown":
+// a 5xx, or no answer) may or may not have taken effect, so it steps to
+// both states. (porcupine turns it into a deterministic model over sets of
+// states.)
+var mutexModel = (&porcupine.NondeterministicModel{
+	Init: func() []any { return []any{mutexState{}} },
+	Step: func(state, input, output any) []any {
 		s, in, out := state.(mutexState), input.(mutexInput), output.(mutexOutput)
+		mine := s.holder == in.op
 		switch in.verb {
 		case "grant":
-			free := s.holder == "" || s.holder == in.op
-			switch out.outcome {
-			case "ok":
-				return free, mutexState{holder: in.op, token: out.token}
-			case "held":
-				return !free && out.holder == s.holder, s
-			case "unknown": // linearized here it took effect (if it could); never linearized, it did not
-				if free {
-					return true, mutexState{holder: in.op, token: fmt.Sprintf("unknown#%d", in.id)}
-				}
-				return true, s
+			free := s.holder == "" || mine
+			switch {
+			case out.outcome == "ok" && free:
+				return []any{mutexState{holder: in.op, token: out.token}}
+			case out.outcome == "held" && !free && out.holder == s.holder:
+				return []any{s}
+			case out.outcome == "unknown" && free:
+				// Its token was never seen by anyone, so all such tokens of
+				// one operation are alike: one state for them keeps the
+				// checker's search small.
+				return []any{s, mutexState{holder: in.op, token: "unseen token of " + in.op}}
+			case out.outcome == "unknown":
+				return []any{s}
 			}
 		case "renew":
-			mine := s.holder == in.op
-			switch out.outcome {
-			case "ok":
-				return mine && in.token == s.token, s
-			case "not_found":
-				return !mine, s
-			case "token_mismatch":
-				return mine && in.token != s.token, s
-			case "unknown":
-				return true, s
+			switch {
+			case out.outcome == "ok" && mine && in.token == s.token,
+				out.outcome == "not_found" && !mine,
+				out.outcome == "token_mismatch" && mine && in.token != s.token,
+				out.outcome == "unknown":
+				return []any{s}
 			}
 		case "release":
-			mine := s.holder == in.op
-			switch out.outcome {
-			case "ok":
-				if mine && in.token == s.token {
-					return true, mutexState{}
-				}
-				return !mine, s
-			case "token_mismatch":
-				return mine && in.token != s.token, s
-			case "unknown":
-				if mine && in.token == s.token {
-					return true, mutexState{}
-				}
-				return true, s
+			switch {
+			case out.outcome == "ok" && mine && in.token == s.token:
+				return []any{mutexState{}}
+			case out.outcome == "ok" && !mine,
+				out.outcome == "token_mismatch" && mine && in.token != s.token:
+				return []any{s}
+			case out.outcome == "unknown" && mine && in.token == s.token:
+				return []any{s, mutexState{}}
+			case out.outcome == "unknown":
+				return []any{s}
 			}
 		}
-		return false, s
+		return nil
 	},
 	DescribeOperation: func(input, output any) string {
 		in, out := input.(mutexInput), output.(mutexOutput)
 		return fmt.Sprintf("%s(%s) -> %s", in.verb, in.op, out.outcome)
 	},
-}
+}).ToModel()
 
 // The model itself: it accepts what the contract allows and rejects two
 // holders and a rotated-out token that still renews.
@@ -122,6 +125,27 @@ func TestMutexModel(t *testing.T) {
 			op(0, 0, 1<<62, mutexInput{verb: "grant", op: "a", id: 0}, mutexOutput{outcome: "unknown"}),
 			op(1, 3, 4, mutexInput{verb: "grant", op: "b"}, mutexOutput{outcome: "ok", token: "t2"}),
 		}, true},
+		"a grant answered 503 within its window may have had no effect": {[]porcupine.Operation{
+			op(0, 0, 1, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "unknown", status: 503}),
+			op(1, 3, 4, mutexInput{verb: "grant", op: "b"}, mutexOutput{outcome: "ok", token: "t2"}),
+		}, true},
+		"a release answered 503 may have had no effect": {[]porcupine.Operation{
+			op(0, 0, 1, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t1"}),
+			op(0, 2, 3, mutexInput{verb: "release", op: "a", token: "t1"}, mutexOutput{outcome: "unknown", status: 503}),
+			op(1, 4, 5, mutexInput{verb: "grant", op: "b"}, mutexOutput{outcome: "held", holder: "a"}),
+			op(0, 6, 7, mutexInput{verb: "renew", op: "a", token: "t1"}, mutexOutput{outcome: "ok"}),
+		}, true},
+		"a release answered 503 may have taken effect": {[]porcupine.Operation{
+			op(0, 0, 1, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t1"}),
+			op(0, 2, 3, mutexInput{verb: "release", op: "a", token: "t1"}, mutexOutput{outcome: "unknown", status: 503}),
+			op(1, 4, 5, mutexInput{verb: "grant", op: "b"}, mutexOutput{outcome: "ok", token: "t2"}),
+		}, true},
+		"a release that took effect and one that did not, both seen": {[]porcupine.Operation{
+			op(0, 0, 1, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t1"}),
+			op(0, 2, 3, mutexInput{verb: "release", op: "a", token: "t1"}, mutexOutput{outcome: "unknown", status: 503}),
+			op(1, 4, 5, mutexInput{verb: "grant", op: "b"}, mutexOutput{outcome: "ok", token: "t2"}),
+			op(0, 6, 7, mutexInput{verb: "renew", op: "a", token: "t1"}, mutexOutput{outcome: "ok"}),
+		}, false},
 		"held names the wrong holder": {[]porcupine.Operation{
 			op(0, 0, 1, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t1"}),
 			op(1, 2, 3, mutexInput{verb: "grant", op: "b"}, mutexOutput{outcome: "held", holder: "c"}),
