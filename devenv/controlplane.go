@@ -1,13 +1,10 @@
 package devenv
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -86,29 +83,11 @@ func (p *Playground) KillAPIServer() error {
 // childProcess finds this process's child running binary with arg among its
 // arguments.
 func childProcess(binary, arg string) (int, error) {
-	entries, err := os.ReadDir("/proc")
+	children, err := childproc.Children(os.Getpid())
 	if err != nil {
-		return 0, fmt.Errorf("find %s: %w", binary, err)
+		return 0, err
 	}
-	self := strconv.Itoa(os.Getpid())
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) < 2 || fields[1] != self {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmdline), "\x00")
+	for pid, args := range children {
 		if filepath.Base(args[0]) == binary && slices.Contains(args, arg) {
 			return pid, nil
 		}

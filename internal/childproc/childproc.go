@@ -1,11 +1,13 @@
 package childproc
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -61,3 +63,50 @@ func Wrap(dir, binary string) (string, error) {
 }
 
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// Children lists the live processes whose parent is ppid, with their
+// arguments (argv[0] first), read from /proc.
+func Children(ppid int) (map[int][]string, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("childproc: %w", err)
+	}
+	parent := strconv.Itoa(ppid)
+	out := map[int][]string{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		state, pp, ok := stat(pid)
+		if !ok || pp != parent || state == "Z" || state == "X" {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		out[pid] = strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	}
+	return out, nil
+}
+
+// Running tells whether pid is a live process (not gone, not a zombie).
+func Running(pid int) bool {
+	state, _, ok := stat(pid)
+	return ok && state != "Z" && state != "X"
+}
+
+// stat reads a process's state and parent pid from /proc/<pid>/stat.
+func stat(pid int) (state, ppid string, ok bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return "", "", false
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(fields) < 2 {
+		return "", "", false
+	}
+	return fields[0], fields[1], true
+}

@@ -9,11 +9,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/shipstream/bloodraven/internal/childproc"
 	"github.com/shipstream/bloodraven/mariadblocal"
 	"github.com/shipstream/bloodraven/testenv"
 )
@@ -60,10 +60,15 @@ func TestChildrenDieWithAPanickingTestBinary(t *testing.T) {
 		_ = cmd.Wait()
 		t.Fatalf("the child did not come up:\n%s%s", out.String(), stderr.String())
 	}
-	children := childrenOf(t, cmd.Process.Pid)
+	found, err := childproc.Children(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	children := map[int]string{}
 	var names []string
-	for _, name := range children {
-		names = append(names, name)
+	for pid, args := range found {
+		children[pid] = filepath.Base(args[0])
+		names = append(names, children[pid])
 	}
 	for _, want := range []string{"kube-apiserver", "etcd", "mariadbd"} {
 		if !slices.Contains(names, want) {
@@ -84,7 +89,7 @@ func TestChildrenDieWithAPanickingTestBinary(t *testing.T) {
 	died := time.Now()
 	deadline := died.Add(10 * time.Second)
 	for pid, name := range children {
-		for running(pid) {
+		for childproc.Running(pid) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s (pid %d) still runs 10 s after its parent panicked", name, pid)
 			}
@@ -113,46 +118,6 @@ func runPanickingChild(dir string) {
 	fmt.Println("ready")
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // until the parent closes stdin
 	panic("the test binary panics")
-}
-
-// childrenOf lists the processes whose parent is pid, by name.
-func childrenOf(t *testing.T, pid int) map[int]string {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[int]string{}
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
-		s := string(stat)
-		end := strings.LastIndexByte(s, ')')
-		fields := strings.Fields(s[end+1:])
-		if len(fields) < 2 || fields[1] != strconv.Itoa(pid) {
-			continue
-		}
-		out[child] = s[strings.IndexByte(s, '(')+1 : end]
-	}
-	return out
-}
-
-// running tells whether pid is a live process (not gone, not a zombie).
-func running(pid int) bool {
-	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	s := string(stat)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	return len(fields) > 0 && fields[0] != "Z" && fields[0] != "X"
 }
 
 func freePort() (int, error) {
