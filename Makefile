@@ -130,13 +130,13 @@ FUZZ_TARGETS := deployapi:FuzzDecodeGrant deployapi:FuzzDecodeRenew deployclient
 
 .PHONY: test
 test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) mariadb lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, a short fuzz run of the decoders, then the quick benchmark.
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory bench BENCH_QUICK=1
 
 .PHONY: e2e
-e2e: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb ## Only the end-to-end suite (./e2e: the binaries, real MariaDB, faults); make test runs it too.
-	$(GO) test -race -count=1 -timeout 30m ./e2e -v
+e2e: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb ## Only the end-to-end and fault suite (./e2e/...: the binaries, real MariaDB, faults, the soak); make test runs it too.
+	$(GO) test -race -count=1 -timeout 30m ./e2e/... -v
 
 # make bench: the load generator of ./bench against a real control plane,
 # in one run: the floor (raw GET database + GET group + PUT Lease), the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -13,21 +12,16 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"bytes"
-	"encoding/json"
-
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployapi"
+	"github.com/shipstream/bloodraven/internal/scene"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/testenv"
 	"github.com/shipstream/bloodraven/topology/memory"
@@ -57,26 +51,18 @@ func newFixture(t *testing.T, withDriver bool) *fixture {
 	t.Helper()
 	f := &fixture{t: t, ctx: context.Background(), clock: clocktesting.NewFakeClock(time.Now().UTC().Truncate(time.Microsecond)), reg: prometheus.NewRegistry()}
 	f.ns = env.Namespace(t)
-	f.group = &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "playground", Namespace: f.ns},
-		Spec: v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}, {Name: "pdx"}}, FailureDetectionSeconds: 30}}
+	f.group = scene.Group(f.ns, "playground")
+	f.group.Spec.FailureDetectionSeconds = 30
 	if err := env.Client.Create(f.ctx, f.group); err != nil {
 		t.Fatal(err)
 	}
-	db := &v1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Name: "counter-app", Namespace: f.ns},
-		Spec: v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: "playground"}, DatabaseName: "counter",
-			DeploymentClients: []v1.DeploymentClient{{Namespace: f.ns, ServiceAccount: "deploy"}}}}
-	if err := env.Client.Create(f.ctx, db); err != nil {
+	if err := env.Client.Create(f.ctx, scene.Database(f.ns, "counter-app", "playground", v1.DeploymentClient{Namespace: f.ns, ServiceAccount: "deploy"})); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.Client.Create(f.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "deploy", Namespace: f.ns}}); err != nil {
+	var err error
+	if f.token, err = scene.Token(f.ctx, env.Kube, f.ns, "deploy", []string{scene.DeployAudience}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	tr, err := env.Kube.CoreV1().ServiceAccounts(f.ns).CreateToken(f.ctx, "deploy", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"bloodraven-deploy"}, ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.token = tr.Status.Token
 
 	store := &leasestore.Store{Client: env.Client, API: env.Client, Clock: f.clock}
 	if f.metrics, err = NewMetrics(f.reg, f.clock); err != nil {
@@ -150,20 +136,11 @@ type apiResp struct {
 
 func (f *fixture) call(method, path string, body any, headers ...string) apiResp {
 	f.t.Helper()
-	var b []byte
-	if body != nil {
-		b, _ = json.Marshal(body)
+	r, err := scene.ForHandler(f.api.Handler(), f.token).Send(method, "/deploy/v1/groups/playground"+path, body, headers...)
+	if err != nil {
+		f.t.Fatal(err)
 	}
-	req := httptest.NewRequest(method, "/deploy/v1/groups/playground"+path, bytes.NewReader(b))
-	req.Header.Set("Authorization", "Bearer "+f.token)
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	rec := httptest.NewRecorder()
-	f.api.Handler().ServeHTTP(rec, req)
-	out := apiResp{status: rec.Code}
-	_ = json.Unmarshal(rec.Body.Bytes(), &out.body)
-	return out
+	return apiResp{status: r.Status, body: r.Body}
 }
 
 func (f *fixture) grant(kind, op string, ttl int) (token string, expires time.Time) {

@@ -1,16 +1,11 @@
 package deployapi
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,16 +13,13 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/internal/scene"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/testenv"
 )
@@ -139,10 +131,7 @@ func (f *fixture) newServer() *Server {
 
 func (f *fixture) createGroup(ns, name string, generation int64) *v1.MysqlFailoverGroup {
 	f.t.Helper()
-	g := &v1.MysqlFailoverGroup{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec:       v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}, {Name: "pdx"}}},
-	}
+	g := scene.Group(ns, name)
 	if err := env.Client.Create(f.ctx, g); err != nil {
 		f.t.Fatal(err)
 	}
@@ -156,10 +145,7 @@ func (f *fixture) createGroup(ns, name string, generation int64) *v1.MysqlFailov
 
 func (f *fixture) createDatabase(ns, name, group string, clients ...v1.DeploymentClient) {
 	f.t.Helper()
-	db := &v1.MysqlDatabase{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec:       v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: group}, DatabaseName: "counter", DeploymentClients: clients},
-	}
+	db := scene.Database(ns, name, group, clients...)
 	if err := env.Client.Create(f.ctx, db); err != nil {
 		f.t.Fatal(err)
 	}
@@ -193,17 +179,11 @@ func waitDatabaseCached(t testing.TB, db *v1.MysqlDatabase) {
 // TokenRequest token for audience.
 func (f *fixture) serviceAccountToken(ns, name, audience string) string {
 	f.t.Helper()
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-	if err := env.Client.Create(f.ctx, sa); err != nil && !strings.Contains(err.Error(), "already exists") {
-		f.t.Fatal(err)
-	}
-	tr, err := env.Kube.CoreV1().ServiceAccounts(ns).CreateToken(f.ctx, name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{audience}, ExpirationSeconds: ptr.To[int64](3600)},
-	}, metav1.CreateOptions{})
+	token, err := scene.Token(f.ctx, env.Kube, ns, name, []string{audience}, time.Hour)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return tr.Status.Token
+	return token
 }
 
 // setStatus changes the group's status as the operator would.
@@ -245,38 +225,11 @@ func (f *fixture) do(method, path, bearer string, body any, headers ...string) r
 
 func (f *fixture) doWith(s *Server, method, path, bearer string, body any, headers ...string) response {
 	f.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		data, err := json.Marshal(b)
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		rd = bytes.NewReader(data)
+	r, err := scene.ForHandler(s.Handler(), bearer).Send(method, path, body, headers...)
+	if err != nil {
+		f.t.Fatal(err)
 	}
-	req := httptest.NewRequest(method, path, rd)
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	rec := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rec, req)
-	out := response{status: rec.Code, header: rec.Header(), raw: rec.Body.String()}
-	if rec.Body.Len() > 0 {
-		if err := json.Unmarshal(rec.Body.Bytes(), &out.body); err != nil {
-			f.t.Fatalf("%s %s: body is not JSON: %q", method, path, rec.Body.String())
-		}
-		if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
-			f.t.Fatalf("%s %s: content type %q", method, path, ct)
-		}
-	}
+	out := response{status: r.Status, header: r.Header, raw: r.Raw, body: r.Body}
 	if tok := out.str("token"); tok != "" {
 		f.mu.Lock()
 		f.leaseTokens = append(f.leaseTokens, tok)

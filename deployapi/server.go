@@ -1,6 +1,7 @@
 package deployapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -130,6 +131,10 @@ func refuse(e *apiError) parser {
 // never a redirect.
 func (s *Server) Handler() http.Handler { return s.router }
 
+// statusClientClosedRequest is recorded (never sent) for a request whose
+// caller went away before it was answered.
+const statusClientClosedRequest = 499
+
 // wrap turns a route into a handler: one straight line of checks in the
 // contract's order (leadership, authentication, the path and body, then
 // authorization), then the route's action. It writes the answer and derives
@@ -145,6 +150,13 @@ func (s *Server) wrap(rt route) httprouter.Handle {
 			res.status = ae.status
 			ae.headers(w.Header())
 			writeJSON(w, ae.status, ae.body())
+			if errors.Is(hr.Context().Err(), context.Canceled) {
+				// The caller closed the request (a client that stopped
+				// renewing, a timeout): it reads no answer, and it is no
+				// failure of ours. Recorded as 499, as proxies do, so
+				// that 5xx counts only the server's own failures.
+				res.status = statusClientClosedRequest
+			}
 		} else if res.status == http.StatusNoContent {
 			w.WriteHeader(res.status)
 		} else {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/shipstream/bloodraven/internal/scene"
 	"github.com/shipstream/bloodraven/mariadblocal"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 )
@@ -29,7 +30,7 @@ const (
 	GroupName              = "playground"
 	DatabaseName           = "counter-app"
 	DeployServiceAccount   = "deploy"
-	DeployAudience         = "bloodraven-deploy"
+	DeployAudience         = scene.DeployAudience
 )
 
 // ErrAlreadyRunning is returned by Up when another playground holds the state

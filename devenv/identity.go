@@ -7,17 +7,16 @@ import (
 	"path/filepath"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/shipstream/bloodraven/internal/scene"
 	"github.com/shipstream/bloodraven/pki"
 )
 
@@ -48,7 +47,7 @@ func (p *Playground) installOperatorIdentity(ctx context.Context, c client.Clien
 			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
 		}
 	}
-	token, err := requestToken(ctx, kube, OperatorNamespace, OperatorServiceAccount, nil, 7*24*time.Hour)
+	token, err := scene.Token(ctx, kube, OperatorNamespace, OperatorServiceAccount, nil, 7*24*time.Hour)
 	if err != nil {
 		return err
 	}
@@ -62,16 +61,6 @@ func (p *Playground) installOperatorIdentity(ctx context.Context, c client.Clien
 		return fmt.Errorf("operator kubeconfig: %w", err)
 	}
 	return pki.WriteFileAtomic(p.Paths.OperatorKubeconfig, out, 0o600)
-}
-
-func requestToken(ctx context.Context, kube kubernetes.Interface, ns, name string, audiences []string, ttl time.Duration) (string, error) {
-	tr, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{Audiences: audiences, ExpirationSeconds: ptr.To(int64(ttl.Seconds()))},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return "", fmt.Errorf("TokenRequest for %s/%s: %w", ns, name, err)
-	}
-	return tr.Status.Token, nil
 }
 
 // OperatorIdentity is the user name the operator authenticates as.

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/internal/scene"
 	"github.com/shipstream/bloodraven/pki"
 )
 
@@ -23,31 +24,16 @@ func (p *Playground) createScene(ctx context.Context, c client.Client, kube kube
 			ObjectMeta: metav1.ObjectMeta{Name: MySQLSecret, Namespace: PlaygroundNamespace},
 			StringData: map[string]string{"username": MySQLUser, "password": MySQLPassword},
 		},
-		&v1.MysqlFailoverGroup{
-			ObjectMeta: metav1.ObjectMeta{Name: GroupName, Namespace: PlaygroundNamespace},
-			Spec: v1.MysqlFailoverGroupSpec{
-				Sites: []v1.Site{
-					{Name: "iad", Host: "127.0.0.1", Port: int32(p.cfg.MySQLPorts[0])},
-					{Name: "pdx", Host: "127.0.0.1", Port: int32(p.cfg.MySQLPorts[1])},
-				},
-				CredentialsSecretRef: &v1.SecretReference{Name: MySQLSecret},
-			},
-		},
-		&v1.MysqlDatabase{
-			ObjectMeta: metav1.ObjectMeta{Name: DatabaseName, Namespace: PlaygroundNamespace},
-			Spec: v1.MysqlDatabaseSpec{
-				GroupRef:          v1.GroupReference{Name: GroupName},
-				DatabaseName:      "counter",
-				DeploymentClients: []v1.DeploymentClient{{Namespace: PlaygroundNamespace, ServiceAccount: DeployServiceAccount}},
-			},
-		},
+		p.playgroundGroup(),
+		scene.Database(PlaygroundNamespace, DatabaseName, GroupName,
+			v1.DeploymentClient{Namespace: PlaygroundNamespace, ServiceAccount: DeployServiceAccount}),
 	}
 	for _, o := range objs {
 		if err := c.Create(ctx, o); err != nil {
 			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
 		}
 	}
-	token, err := requestToken(ctx, kube, PlaygroundNamespace, DeployServiceAccount, []string{DeployAudience}, 24*time.Hour)
+	token, err := scene.Token(ctx, kube, PlaygroundNamespace, DeployServiceAccount, []string{DeployAudience}, 24*time.Hour)
 	if err != nil {
 		return err
 	}
@@ -67,4 +53,14 @@ func (p *Playground) createScene(ctx context.Context, c client.Client, kube kube
 	}
 	p.logf(">> group bootstrapped: active site %s, topologyGeneration %d", g.Status.ActiveSite, g.Status.TopologyGeneration)
 	return nil
+}
+
+// playgroundGroup is the demo group: iad and pdx on the loopback MariaDB
+// sites, with the playground's MariaDB account.
+func (p *Playground) playgroundGroup() *v1.MysqlFailoverGroup {
+	g := scene.Group(PlaygroundNamespace, GroupName,
+		v1.Site{Name: "iad", Host: "127.0.0.1", Port: int32(p.cfg.MySQLPorts[0])},
+		v1.Site{Name: "pdx", Host: "127.0.0.1", Port: int32(p.cfg.MySQLPorts[1])})
+	g.Spec.CredentialsSecretRef = &v1.SecretReference{Name: MySQLSecret}
+	return g
 }

@@ -1,18 +1,13 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +15,7 @@ import (
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/internal/scene"
 	"github.com/shipstream/bloodraven/mariadblocal"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 	mysqldriver "github.com/shipstream/bloodraven/topology/mysql"
@@ -82,62 +78,24 @@ func (c *tlsClient) tryCall(method, url string, body any, headers ...string) (in
 	return st, out
 }
 
+// do sends a request to url (scheme://host:port/path); a transport error
+// is returned, an answer that is not JSON is not (its body is then nil).
 func (c *tlsClient) do(method, url string, body any, headers ...string) (int, map[string]any, error) {
-	st, raw, _, err := c.send(method, url, body, headers...)
-	if err != nil {
-		return 0, nil, err
+	st, out, err := c.doJSON(method, url, body, headers...)
+	if errors.Is(err, errNotJSON) {
+		return st, nil, nil
 	}
-	var out map[string]any
-	_ = json.Unmarshal(raw, &out)
-	return st, out, nil
+	return st, out, err
 }
 
 // errNotJSON: an answer under /deploy/ that is not the contract's JSON.
-var errNotJSON = errors.New("not a JSON answer")
+var errNotJSON = scene.ErrNotJSON
 
 // doJSON is do for callers that hold the server to the contract: every
 // answer but 204 is application/json with a JSON object body.
 func (c *tlsClient) doJSON(method, url string, body any, headers ...string) (int, map[string]any, error) {
-	st, raw, ct, err := c.send(method, url, body, headers...)
-	if err != nil || st == http.StatusNoContent {
-		return st, nil, err
-	}
-	var out map[string]any
-	if !strings.HasPrefix(ct, "application/json") {
-		return st, nil, fmt.Errorf("%w: %d with Content-Type %q: %.200s", errNotJSON, st, ct, raw)
-	}
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return st, nil, fmt.Errorf("%w: %d: %v: %.200s", errNotJSON, st, err, raw)
-	}
-	return st, out, nil
-}
-
-func (c *tlsClient) send(method, url string, body any, headers ...string) (status int, raw []byte, contentType string, err error) {
-	var rd *bytes.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	} else {
-		rd = bytes.NewReader(nil)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	if err != nil {
-		return 0, nil, "", err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return 0, nil, "", err
-	}
-	defer resp.Body.Close()
-	raw, err = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return 0, nil, "", err
-	}
-	return resp.StatusCode, raw, resp.Header.Get("Content-Type"), nil
+	r, err := scene.ForURL("", c.hc, c.token).Send(method, url, body, headers...)
+	return r.Status, r.Body, err
 }
 
 // The deployment API through the operator binary, over the real TLS

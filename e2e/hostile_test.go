@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/e2e/e2etest"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 )
 
@@ -65,29 +66,6 @@ func hostileRequests(body func(n int) string) []hostileRequest {
 	}
 }
 
-// metricValue reads one unlabelled sample from a Prometheus text page.
-func metricValue(t *testing.T, url, name string) float64 {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("%s not on %s", name, url)
-	return 0
-}
-
 // Hostile input against the operator binary's TLS port: each request of
 // the table gets the contract's JSON answer (or net/http's own, before any
 // handler, for what is not HTTP), a slow body and 1,000 idle TLS
@@ -127,11 +105,13 @@ func TestHostileInputOverTheWire(t *testing.T) {
 	_, before := c.call(http.MethodGet, api, nil)
 	leasesBefore := leases()
 	time.Sleep(2 * time.Second) // the operator's start-up settles
-	goroutines, fds := metricValue(t, metrics, "go_goroutines"), metricValue(t, metrics, "process_open_fds")
+	goroutines, fds := e2etest.MetricValue(t, metrics, "go_goroutines"), e2etest.MetricValue(t, metrics, "process_open_fds")
 
 	t.Run("table", func(t *testing.T) {
 		table := hostileRequests(func(n int) string { return `{"kind":"` + strings.Repeat("m", n) + `"}` })
-		defer func() { t.Logf("%d hostile requests, each answered as the contract (or net/http, for what is not HTTP) says", len(table)) }()
+		defer func() {
+			t.Logf("%d hostile requests, each answered as the contract (or net/http, for what is not HTTP) says", len(table))
+		}()
 		for _, tc := range table {
 			conn, err := dial()
 			if err != nil {
@@ -202,7 +182,7 @@ func TestHostileInputOverTheWire(t *testing.T) {
 			conns = append(conns, conn)
 		}
 		handshakes := time.Since(opened)
-		peak := metricValue(t, metrics, "process_open_fds")
+		peak := e2etest.MetricValue(t, metrics, "process_open_fds")
 		// Service goes on beside them.
 		if st, body := c.call(http.MethodGet, api, nil); st != http.StatusOK {
 			t.Fatalf("GET beside %d idle connections: %d %v", idle, st, body)
@@ -254,7 +234,7 @@ func TestHostileInputOverTheWire(t *testing.T) {
 	var g2, f2 float64
 	waitForOrLog := time.Now().Add(30 * time.Second)
 	for {
-		g2, f2 = metricValue(t, metrics, "go_goroutines"), metricValue(t, metrics, "process_open_fds")
+		g2, f2 = e2etest.MetricValue(t, metrics, "go_goroutines"), e2etest.MetricValue(t, metrics, "process_open_fds")
 		if (g2 <= goroutines+5 && f2 <= fds+5) || time.Now().After(waitForOrLog) {
 			break
 		}

@@ -28,6 +28,7 @@ import (
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/charts"
 	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/e2e/e2etest"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 	"github.com/shipstream/bloodraven/testenv"
 )
@@ -36,56 +37,14 @@ func freeAddr(t *testing.T) string { return testenv.FreeAddr(t) }
 
 func freePort(t *testing.T) int { return testenv.FreePort(t) }
 
-// upPlayground builds the operator and brings up a playground on free ports
-// in a temporary state directory; it is stopped when the test ends.
-func upPlayground(t *testing.T) (*devenv.Playground, devenv.Config) {
-	t.Helper()
-	root := testenv.RepoRoot()
-	cfg := devenv.Config{Root: root, StateDir: t.TempDir(), OperatorBinary: buildOperator(t, root),
-		TLSAddr: freeAddr(t), AuxAddr: freeAddr(t), MetricsAddr: freeAddr(t), ProbeAddr: freeAddr(t),
-		MySQLPorts: [2]int{freePort(t), freePort(t)}}
-	p, err := devenv.Up(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("playground up: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() { // leave the evidence in the test output
-			for _, f := range []string{p.Paths.OperatorLog, filepath.Join(cfg.StateDir, "mysql", "iad", "mariadbd.log"), filepath.Join(cfg.StateDir, "mysql", "pdx", "mariadbd.log")} {
-				b, _ := os.ReadFile(f)
-				if len(b) > 6000 {
-					b = b[len(b)-6000:]
-				}
-				t.Logf("---- %s:\n%s", f, b)
-			}
-		}
-		if err := p.Down(); err != nil {
-			t.Errorf("down: %v", err)
-		}
-	})
-	return p, cfg
-}
+func upPlayground(t *testing.T) (*devenv.Playground, devenv.Config) { return e2etest.Playground(t) }
 
 func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	e2etest.WaitFor(t, timeout, cond)
 }
 
-func buildOperator(t *testing.T, root string) string {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "bloodraven")
-	cmd := exec.Command("go", "build", "-o", out, ".")
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build operator: %v\n%s", err, b)
-	}
-	return out
-}
+func buildOperator(t *testing.T, root string) string { return e2etest.BuildOperator(t, root) }
 
 // The playground is what `make dev` runs: this test brings it up on free
 // ports and checks what the README promises a user.
@@ -420,20 +379,8 @@ func readmeDeployCommands(t *testing.T, root string) []string {
 // _count series.
 func scrape(t *testing.T, url string) map[string]bool {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	names := map[string]bool{}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "#") || line == "" {
-			continue
-		}
+	for _, line := range e2etest.Samples(t, url) {
 		name, _, _ := strings.Cut(line, "{")
 		name, _, _ = strings.Cut(name, " ")
 		names[name] = true

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -208,7 +209,12 @@ func (e *Env) Namespace(t testing.TB) string {
 // (net.ipv4.ip_local_port_range starts at 32768 by default), so that no
 // outgoing connection or ":0" listener of a concurrently running test
 // process can take a port between the moment it is handed out and the
-// moment it is bound. Each port is handed out once per process.
+// moment it is bound. Each port is handed out once per process, and once
+// among all test processes running at the same time: `go test ./...` runs
+// packages side by side, and a port handed out to one but not yet bound by
+// its server (a MariaDB or an operator still starting) looks free to the
+// others. A port is reserved with an flock on a file named after it, held
+// until this process exits (the kernel releases it even after a crash).
 const (
 	freePortMin = 20000
 	freePortMax = 32000
@@ -216,8 +222,26 @@ const (
 
 var (
 	freeMu    sync.Mutex
-	handedOut = map[int]bool{}
+	handedOut = map[int]*os.File{}
 )
+
+// reserve takes the machine-wide reservation of port, or reports that
+// another test process holds it.
+func reserve(port int) (*os.File, bool) {
+	dir := filepath.Join(os.TempDir(), "bloodraven-test-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return nil, true // no reservations possible: rely on the listen check
+	}
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, false
+	}
+	return f, true
+}
 
 // FreeAddr returns a free 127.0.0.1:port outside the ephemeral range.
 func FreeAddr(t testing.TB) string {
@@ -226,15 +250,22 @@ func FreeAddr(t testing.TB) string {
 	defer freeMu.Unlock()
 	for i := 0; i < 1000; i++ {
 		port := freePortMin + rand.IntN(freePortMax-freePortMin)
-		if handedOut[port] {
+		if _, ok := handedOut[port]; ok {
 			continue
+		}
+		lock, ok := reserve(port)
+		if !ok {
+			continue // another test process has it
 		}
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
+			if lock != nil {
+				lock.Close()
+			}
 			continue
 		}
 		ln.Close()
-		handedOut[port] = true
+		handedOut[port] = lock // held open: the reservation lasts as long as this process
 		return ln.Addr().String()
 	}
 	t.Fatal("no free port found")

@@ -1,0 +1,110 @@
+package e2etest
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/testenv"
+)
+
+// Playground builds the operator and brings up a playground on free ports
+// in a temporary state directory; it is stopped when the test ends.
+func Playground(t *testing.T) (*devenv.Playground, devenv.Config) {
+	t.Helper()
+	root := testenv.RepoRoot()
+	cfg := devenv.Config{Root: root, StateDir: t.TempDir(), OperatorBinary: BuildOperator(t, root),
+		TLSAddr: testenv.FreeAddr(t), AuxAddr: testenv.FreeAddr(t), MetricsAddr: testenv.FreeAddr(t), ProbeAddr: testenv.FreeAddr(t),
+		MySQLPorts: [2]int{testenv.FreePort(t), testenv.FreePort(t)}}
+	p, err := devenv.Up(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("playground up: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() { // leave the evidence in the test output
+			for _, f := range []string{p.Paths.OperatorLog, filepath.Join(cfg.StateDir, "mysql", "iad", "mariadbd.log"), filepath.Join(cfg.StateDir, "mysql", "pdx", "mariadbd.log")} {
+				b, _ := os.ReadFile(f)
+				if len(b) > 6000 {
+					b = b[len(b)-6000:]
+				}
+				t.Logf("---- %s:\n%s", f, b)
+			}
+		}
+		if err := p.Down(); err != nil {
+			t.Errorf("down: %v", err)
+		}
+	})
+	return p, cfg
+}
+
+// WaitFor polls cond every 100 ms and fails the test after timeout.
+func WaitFor(t *testing.T, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// BuildOperator builds the operator binary from the checkout at root into
+// a temporary directory.
+func BuildOperator(t *testing.T, root string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "bloodraven")
+	cmd := exec.Command("go", "build", "-o", out, ".")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build operator: %v\n%s", err, b)
+	}
+	return out
+}
+
+// Samples reads a Prometheus text page and returns its sample lines
+// (comments and blank lines left out).
+func Samples(t *testing.T, url string) []string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out []string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if line := sc.Text(); line != "" && !strings.HasPrefix(line, "#") {
+			out = append(out, line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// MetricValue reads one unlabelled sample from a Prometheus text page.
+func MetricValue(t *testing.T, url, name string) float64 {
+	t.Helper()
+	for _, line := range Samples(t, url) {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("%s not on %s", name, url)
+	return 0
+}

@@ -1,0 +1,199 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/e2e/e2etest"
+	"github.com/shipstream/bloodraven/internal/scene"
+	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
+	"github.com/shipstream/bloodraven/testenv"
+)
+
+// soakClients and soakDuration: 20 pipelines, each renewing for 5 minutes.
+const (
+	soakClients  = 20
+	soakDuration = 5 * time.Minute
+	soakTTL      = 15 // seconds: a renewal every 5 s per lease
+)
+
+// requestCounts sums bloodraven_deploy_api_requests_total by handler and
+// status code.
+func requestCounts(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, sample := range e2etest.Samples(t, url) {
+		line, ok := strings.CutPrefix(sample, "bloodraven_deploy_api_requests_total{")
+		if !ok {
+			continue
+		}
+		labels, value, _ := strings.Cut(line, "} ")
+		var handler, code string
+		for _, kv := range strings.Split(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "handler":
+				handler = strings.Trim(v, `"`)
+			case "status":
+				code = strings.Trim(v, `"`)
+			}
+		}
+		f, _ := strconv.ParseFloat(value, 64)
+		out[handler+" "+code] += f
+	}
+	return out
+}
+
+// Twenty `bloodraven deploy run` clients, each holding the mutex and the
+// failover-hold of its own group, renew for five minutes: every run
+// succeeds (no false expiry: a lost lease would end it with exit 4), the
+// API answers no 5xx and no renewal 404, and the operator's heap is as
+// large at the end as after the first minute.
+//
+// The twenty groups point at closed ports: they never bootstrap, stay at
+// generation 0, and nothing moves under the leases; the soak measures the
+// lease path alone.
+func TestSoakOfTwentyDeployRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("five minutes")
+	}
+	ctx := context.Background()
+	p, cfg := e2etest.Playground(t)
+	admin, err := client.New(p.AdminConfig, client.Options{Scheme: bloodravenscheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := testenv.FreePort(t) // nothing listens there
+	for i := range soakClients {
+		name := fmt.Sprintf("soak-%02d", i)
+		g := scene.Group(devenv.PlaygroundNamespace, name,
+			v1.Site{Name: "iad", Host: "127.0.0.1", Port: int32(closed)}, v1.Site{Name: "pdx", Host: "127.0.0.1", Port: int32(closed)})
+		g.Spec.CredentialsSecretRef = &v1.SecretReference{Name: devenv.MySQLSecret}
+		db := scene.Database(devenv.PlaygroundNamespace, name+"-app", name,
+			v1.DeploymentClient{Namespace: devenv.PlaygroundNamespace, ServiceAccount: devenv.DeployServiceAccount})
+		for _, o := range []client.Object{g, db} {
+			if err := admin.Create(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	metrics := "http://" + cfg.MetricsAddr + "/metrics"
+	before := requestCounts(t, metrics)
+
+	type run struct {
+		cmd     *exec.Cmd
+		out     strings.Builder
+		outcome string
+		err     error
+	}
+	runs := make([]*run, soakClients)
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range runs {
+		r := &run{outcome: filepath.Join(dir, fmt.Sprintf("outcome-%02d.json", i))}
+		name := fmt.Sprintf("soak-%02d", i)
+		r.cmd = exec.Command(cfg.OperatorBinary, "deploy", "run",
+			"--server", "https://"+cfg.TLSAddr, "--ca", p.Paths.CACert, "--token-file", p.Paths.DeployToken,
+			"--group", name, "--instance", name+"-app", "--ttl", strconv.Itoa(soakTTL), "--outcome-file", r.outcome,
+			"--", "sleep", strconv.Itoa(int(soakDuration.Seconds())))
+		r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
+		if err := r.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.cmd.Process.Kill() })
+		runs[i] = r
+		wg.Add(1)
+		go func() { defer wg.Done(); r.err = r.cmd.Wait() }()
+	}
+
+	// Sample the operator's heap every 30 s while they run.
+	var heap []float64
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	tick := time.NewTicker(30 * time.Second)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case <-done:
+			break wait
+		case <-tick.C:
+			heap = append(heap, e2etest.MetricValue(t, metrics, "go_memstats_heap_alloc_bytes"))
+		case <-time.After(soakDuration + 2*time.Minute):
+			t.Fatal("the deploy runs did not finish")
+		}
+	}
+	took := time.Since(start)
+	for i, r := range runs {
+		var ee *exec.ExitError
+		if r.err != nil {
+			code := -1
+			if errors.As(r.err, &ee) {
+				code = ee.ExitCode()
+			}
+			t.Errorf("run %d exited %d (%v); output:\n%s", i, code, r.err, r.out.String())
+			continue
+		}
+		rec, err := os.ReadFile(r.outcome)
+		if err != nil || !strings.Contains(string(rec), `"succeeded"`) {
+			t.Errorf("run %d outcome: %v %s", i, err, rec)
+		}
+	}
+	after := requestCounts(t, metrics)
+	delta := map[string]float64{}
+	var fivexx, renewals float64
+	for k, v := range after {
+		d := v - before[k]
+		if d == 0 {
+			continue
+		}
+		delta[k] = d
+		_, code, _ := strings.Cut(k, " ")
+		if strings.HasPrefix(code, "5") {
+			fivexx += d
+		}
+		if strings.HasPrefix(k, "renew 200") {
+			renewals += d
+		}
+		if strings.HasPrefix(k, "renew 404") || strings.HasPrefix(k, "renew 409") {
+			t.Errorf("renewals refused during the soak: %s ×%v", k, d)
+		}
+	}
+	if fivexx > 0 {
+		t.Errorf("%v answers 5xx during the soak: %v", fivexx, delta)
+	}
+	// Every lease renews every ttl/3; allow for start-up and the last
+	// interval of each run.
+	if want := float64(soakClients*2) * (soakDuration.Seconds()/(soakTTL/3) - 2); renewals < want {
+		t.Errorf("%v renewals answered 200, want at least %v: %v", renewals, want, delta)
+	}
+	if len(heap) >= 4 {
+		first := max(heap[0], heap[1])
+		last := max(heap[len(heap)-1], heap[len(heap)-2])
+		if last > 1.5*first+8<<20 {
+			t.Errorf("operator heap grew from %.1f MiB to %.1f MiB during the soak: %v", first/(1<<20), last/(1<<20), heap)
+		}
+	} else {
+		t.Errorf("only %d heap samples", len(heap))
+	}
+	mib := make([]string, len(heap))
+	for i, h := range heap {
+		mib[i] = fmt.Sprintf("%.1f", h/(1<<20))
+	}
+	t.Logf("%d deploy runs for %v: %v renewals answered 200, %v answers 5xx; requests by handler and code: %v; operator heap every 30 s (MiB): %s",
+		soakClients, took.Round(time.Second), renewals, fivexx, delta, strings.Join(mib, " "))
+}

@@ -1,0 +1,156 @@
+package scene
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+)
+
+// DeployAudience is the audience of deployment-API tokens.
+const DeployAudience = "bloodraven-deploy"
+
+// Group is a MysqlFailoverGroup ns/name with the given sites, or iad and
+// pdx without addresses when none are given.
+func Group(ns, name string, sites ...v1.Site) *v1.MysqlFailoverGroup {
+	if len(sites) == 0 {
+		sites = []v1.Site{{Name: "iad"}, {Name: "pdx"}}
+	}
+	return &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1.MysqlFailoverGroupSpec{Sites: sites}}
+}
+
+// Database is a MysqlDatabase ns/name of group (schema "counter") that lets
+// clients use the deployment API.
+func Database(ns, name, group string, clients ...v1.DeploymentClient) *v1.MysqlDatabase {
+	return &v1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: group}, DatabaseName: "counter", DeploymentClients: clients}}
+}
+
+// Token creates the ServiceAccount ns/name unless it exists and returns a
+// token for audiences (none: the API server's) from a real TokenRequest.
+func Token(ctx context.Context, kube kubernetes.Interface, ns, name string, audiences []string, ttl time.Duration) (string, error) {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("ServiceAccount %s/%s: %w", ns, name, err)
+	}
+	tr, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: audiences, ExpirationSeconds: ptr.To(int64(ttl.Seconds()))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("TokenRequest for %s/%s: %w", ns, name, err)
+	}
+	return tr.Status.Token, nil
+}
+
+// ErrNotJSON: an answer that is not the contract's JSON.
+var ErrNotJSON = errors.New("not a JSON answer")
+
+// Client sends deployment-API requests with a bearer token.
+type Client struct {
+	// Base is prefixed to every path ("https://host:port", or "" in-process).
+	Base  string
+	Token string
+	do    func(*http.Request) (*http.Response, error)
+}
+
+// ForURL is a client of the listener at base (scheme://host:port).
+func ForURL(base string, hc *http.Client, token string) *Client {
+	return &Client{Base: base, Token: token, do: hc.Do}
+}
+
+// ForHandler is a client that serves each request with h in-process.
+func ForHandler(h http.Handler, token string) *Client {
+	return &Client{Token: token, do: func(req *http.Request) (*http.Response, error) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Result(), nil
+	}}
+}
+
+// WithToken is a copy of c that sends token ("" sends no Authorization).
+func (c *Client) WithToken(token string) *Client {
+	cp := *c
+	cp.Token = token
+	return &cp
+}
+
+// Response is one answer.
+type Response struct {
+	Status int
+	Header http.Header
+	Raw    string
+	// Body is the decoded JSON object (nil for 204).
+	Body map[string]any
+}
+
+// Str is a string field of the body ("" if absent).
+func (r Response) Str(key string) string { s, _ := r.Body[key].(string); return s }
+
+// Num is a number field of the body (0 if absent).
+func (r Response) Num(key string) float64 { n, _ := r.Body[key].(float64); return n }
+
+// Send sends method path with body (nil, a string or []byte sent as is, or
+// a value sent as JSON) and headers (name, value pairs). The error is a
+// transport error, or ErrNotJSON with the answer still in Response.
+func (c *Client) Send(method, path string, body any, headers ...string) (Response, error) {
+	var rd io.Reader = http.NoBody
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			return Response{}, err
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, c.Base+path, rd)
+	if err != nil {
+		return Response{}, err
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return Response{}, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return Response{}, err
+	}
+	out := Response{Status: resp.StatusCode, Header: resp.Header, Raw: string(raw)}
+	if resp.StatusCode == http.StatusNoContent && len(raw) == 0 {
+		return out, nil
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		return out, fmt.Errorf("%w: %s %s: %d with Content-Type %q: %.200s", ErrNotJSON, method, path, resp.StatusCode, ct, raw)
+	}
+	if err := json.Unmarshal(raw, &out.Body); err != nil || out.Body == nil {
+		return out, fmt.Errorf("%w: %s %s: %d: %.200s", ErrNotJSON, method, path, resp.StatusCode, raw)
+	}
+	return out, nil
+}
