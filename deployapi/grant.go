@@ -106,7 +106,7 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGro
 	if _, err := s.leases.Put(ctx, g, name, target, rec); err != nil {
 		return result{}, err
 	}
-	if err := s.confirmGrant(ctx, g, rec); err != nil {
+	if err := s.confirmGrant(ctx, g, rec, outcome); err != nil {
 		return result{}, err
 	}
 	status := http.StatusCreated
@@ -128,16 +128,28 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGro
 //     other, and if it is the API, the hold is withdrawn. This holds for
 //     every hold grant, a re-grant included.
 //
+// A re-grant overtaken by a move is not released but revoked
+// (topology_changed, 409): its operation held a live lease at the old
+// generation, which the move fences; releasing it could let the
+// controller's revocation miss it and the operation's retry take the mutex
+// again at the new generation.
+//
 // A grant that answers 201 (or 200) was therefore, at one instant after its
 // write, at the group's current generation and, for a hold, unopposed by a
 // planned operation.
-func (s *Server) confirmGrant(ctx context.Context, g *v1.MysqlFailoverGroup, rec leases.Record) error {
+func (s *Server) confirmGrant(ctx context.Context, g *v1.MysqlFailoverGroup, rec leases.Record, outcome policy.LeaseOutcome) error {
 	fresh := &v1.MysqlFailoverGroup{}
 	if err := s.api.Get(ctx, client.ObjectKeyFromObject(g), fresh); err != nil {
 		return fmt.Errorf("re-read group after grant: %w", err)
 	}
 	if !policy.GrantOvertaken(rec.Kind, rec.Generation, groupView(fresh)) {
 		return nil
+	}
+	if outcome == policy.OutcomeRegrant && fresh.Status.TopologyGeneration != rec.Generation {
+		if _, err := s.leases.Revoke(ctx, fresh, rec.OperationID, leases.ReasonTopologyChanged); err != nil {
+			return err
+		}
+		return errRevoked(leases.ReasonTopologyChanged, fresh.Status.TopologyGeneration)
 	}
 	_, err := s.leases.Transition(ctx, g, rec.Kind, rec.OperationID, func(cur *leases.Record) (leases.Record, bool) {
 		if cur.TokenHash != rec.TokenHash || cur.State != leases.StateActive {

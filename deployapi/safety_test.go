@@ -200,19 +200,30 @@ func (r movingReader) Get(ctx context.Context, key client.ObjectKey, obj client.
 // withdrawn and answers 423; the retry is decided at the new generation.
 func TestAGrantOvertakenByAMoveIsWithdrawn(t *testing.T) {
 	for _, tc := range []struct {
+		name       string
 		kind       string
+		regrant    bool   // the operation already holds this lease
+		status     int    // the overtaken grant's answer
+		code       string // and its error code
 		retryCode  int    // the same POST, retried at the new generation
 		retryError string // its error code, when it is an error
 	}{
 		// The mutex was never granted, so the operation may have it now.
-		{kind: "migration", retryCode: http.StatusCreated},
+		{name: "a new migration", kind: "migration", status: http.StatusLocked, code: "unstable", retryCode: http.StatusCreated},
 		// The operation's mutex is at the old generation: the retry finds it
 		// fenced, revokes the operation, and says so.
-		{kind: "failover-hold", retryCode: http.StatusConflict, retryError: "revoked"},
+		{name: "a new failover-hold", kind: "failover-hold", status: http.StatusLocked, code: "unstable",
+			retryCode: http.StatusConflict, retryError: "revoked"},
+		// The operation held the mutex at the old generation: the move
+		// fences it, so it is revoked, never merely released (a release
+		// could slip past the controller's revocation and let the retry
+		// take the mutex again at the new generation).
+		{name: "a migration re-grant", kind: "migration", regrant: true, status: http.StatusConflict, code: "revoked",
+			retryCode: http.StatusConflict, retryError: "revoked"},
 	} {
-		t.Run(tc.kind, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			if tc.kind == "failover-hold" {
+			if tc.kind == "failover-hold" || tc.regrant {
 				f.grantTTL("migration", "op-a", 120, http.StatusCreated)
 			}
 			var armed atomic.Bool
@@ -228,13 +239,16 @@ func TestAGrantOvertakenByAMoveIsWithdrawn(t *testing.T) {
 			if armed.Load() {
 				t.Fatal("the group was never read: the test did not move the fence")
 			}
-			expectError(t, r, http.StatusLocked, "unstable")
+			expectError(t, r, tc.status, tc.code)
 			_, rec, err := f.store.GetOwn(f.ctx, f.group, leases.Kind(tc.kind), "op-a", true)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if rec == nil || rec.Generation != 1 || rec.State == leases.StateActive {
 				t.Fatalf("the overtaken %s was left %+v; want it written at generation 1 and withdrawn", tc.kind, rec)
+			}
+			if tc.regrant && (rec.State != leases.StateRevoked || rec.Reason != leases.ReasonTopologyChanged) {
+				t.Fatalf("the overtaken re-grant was left %s (%s); want it revoked, topology_changed", rec.State, rec.Reason)
 			}
 			retry := f.do(http.MethodPost, groupPath+"/leases", f.token, grantBody(tc.kind, "op-a", 120))
 			if retry.status != tc.retryCode || (tc.retryError != "" && retry.str("error") != tc.retryError) {

@@ -1,13 +1,17 @@
 package devenv
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -73,7 +77,13 @@ func (p *Playground) KillAPIServer() error {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill kube-apiserver: %w", err)
 	}
-	if err := p.env.ControlPlane.APIServer.Stop(); err != nil { // reaps it
+	// Let envtest reap it, then let it forget it. Its Stop signals the
+	// process group unless it saw the exit; the group may be gone by then.
+	_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid)))
+		return os.IsNotExist(err), nil
+	})
+	if err := p.env.ControlPlane.APIServer.Stop(); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("stop kube-apiserver: %w", err)
 	}
 	p.logf(">> kube-apiserver killed")

@@ -192,10 +192,13 @@ func (m *mutexClient) run(ctx context.Context) {
 				pause(out)
 			}
 		}
-		for { // release even after the end: leave nothing held
+		for attempt := 0; ; attempt++ { // release even after the end: leave nothing held
 			out := m.do(mutexInput{verb: "release", op: op, token: token})
 			if out.outcome == "ok" || out.outcome == "token_mismatch" {
 				break
+			}
+			if ctx.Err() != nil && attempt >= 60 {
+				return // the playground is gone (the test failed): the lease lapses with it
 			}
 			time.Sleep(30 * time.Millisecond)
 			if out.outcome == "unknown" || out.outcome == "not_leader" {

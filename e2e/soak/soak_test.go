@@ -126,6 +126,7 @@ func TestSoakOfTwentyDeployRuns(t *testing.T) {
 	go func() { wg.Wait(); close(done) }()
 	tick := time.NewTicker(30 * time.Second)
 	defer tick.Stop()
+	deadline := time.After(soakDuration + 2*time.Minute)
 wait:
 	for {
 		select {
@@ -133,7 +134,10 @@ wait:
 			break wait
 		case <-tick.C:
 			heap = append(heap, e2etest.MetricValue(t, metrics, "go_memstats_heap_alloc_bytes"))
-		case <-time.After(soakDuration + 2*time.Minute):
+		case <-deadline:
+			for i, r := range runs {
+				t.Logf("run %d output so far:\n%s", i, r.out.String())
+			}
 			t.Fatal("the deploy runs did not finish")
 		}
 	}
@@ -176,9 +180,10 @@ wait:
 	if fivexx > 0 {
 		t.Errorf("%v answers 5xx during the soak: %v", fivexx, delta)
 	}
-	// Every lease renews every ttl/3; allow for start-up and the last
-	// interval of each run.
-	if want := float64(soakClients*2) * (soakDuration.Seconds()/(soakTTL/3) - 2); renewals < want {
+	// Every lease renews every ttl/3, each renewal timed from when the last
+	// was sent, so lateness adds up; ask for 80% of the nominal count. (A
+	// lease that stopped renewing would have ended its run with exit 4.)
+	if want := 0.8 * float64(soakClients*2) * soakDuration.Seconds() / (soakTTL / 3); renewals < want {
 		t.Errorf("%v renewals answered 200, want at least %v: %v", renewals, want, delta)
 	}
 	if len(heap) >= 4 {

@@ -19,7 +19,8 @@ var (
 
 // Do runs fn on the process's spawning thread and returns its error. Start
 // children inside fn (exec.Cmd.Start, envtest's Start) with Pdeathsig set,
-// or through a launcher from Wrap.
+// or through a launcher from Wrap. fn must return: runtime.Goexit (t.Fatal)
+// inside it would end the spawning thread, and with it every child.
 func Do(fn func() error) error {
 	once.Do(func() {
 		jobs = make(chan func())
