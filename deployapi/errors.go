@@ -1,14 +1,11 @@
 package deployapi
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
-	"syscall"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -87,13 +84,9 @@ func errRevoked(reason string, generation int64) *apiError {
 		fields: map[string]any{"reason": reason, "topologyGeneration": generation}}
 }
 
-// errFromKube maps a failed API-server call. The API server throttling,
-// failing (a 5xx of its own, etcd unavailable), unreachable (connection
-// refused or reset, a timeout) or refusing the operator's own credentials
-// (401/403: an API server just restarted serves before its RBAC caches are
-// filled; a missing permission shows the same way and is in the log) is 503
-// unavailable with Retry-After: nothing the caller sends differently would
-// help, and the request may be retried. Anything else is 500 internal.
+// errFromKube maps a failed API-server call: 503 unavailable with
+// Retry-After when the API server failed us (apiServerFailed), 500
+// internal for anything else.
 func errFromKube(err error) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
@@ -102,9 +95,7 @@ func errFromKube(err error) *apiError {
 	if errors.Is(err, leasestore.ErrContended) {
 		return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, retryAfter: 1, cause: err}
 	}
-	if apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err) ||
-		apierrors.IsInternalError(err) || apierrors.IsUnexpectedServerError(err) || apiServerUnreachable(err) ||
-		apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+	if apiServerFailed(err) {
 		retry := 1
 		if s, ok := apierrors.SuggestsClientDelay(err); ok && s > 0 {
 			retry = s
@@ -114,13 +105,21 @@ func errFromKube(err error) *apiError {
 	return &apiError{status: http.StatusInternalServerError, code: codeInternal, cause: err}
 }
 
-// apiServerUnreachable tells whether err is a failure to talk to the API
-// server at all: client-go wraps every transport failure in a *url.Error.
-func apiServerUnreachable(err error) bool {
-	var ue *url.Error
+// apiServerFailed tells whether err says the API server throttled us,
+// failed (a 5xx of its own, etcd unavailable), could not be reached
+// (connection refused or reset, a timeout: client-go wraps every transport
+// failure in a *url.Error, and timeouts, context deadlines and syscall
+// errors are net.Errors), or refused the operator's own credentials (401 or
+// 403: an API server just restarted serves before its RBAC caches are
+// filled; a missing permission shows the same way and is in the log).
+// Nothing the caller sends differently would help; the request may be
+// retried.
+func apiServerFailed(err error) bool {
 	var ne net.Error
-	return errors.As(err, &ue) || errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+	return apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsServiceUnavailable(err) ||
+		apierrors.IsTimeout(err) || apierrors.IsInternalError(err) || apierrors.IsUnexpectedServerError(err) ||
+		apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) ||
+		errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 func (e *apiError) body() map[string]any {

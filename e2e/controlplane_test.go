@@ -2,10 +2,8 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +15,7 @@ import (
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/e2e/e2etest"
 )
 
 // revokedWitness is an operation the operator revoked (the revoke
@@ -101,7 +100,7 @@ func expectOneHolder(t *testing.T, c *tlsClient, api string) {
 func TestEtcdRestartUnderRenewals(t *testing.T) {
 	p, cfg := upPlayground(t)
 	c := deployClient(t, p)
-	api := "https://" + cfg.TLSAddr + "/deploy/v1/groups/" + devenv.GroupName
+	api := groupAPI(cfg.TLSAddr)
 	witness := revokeAnOperation(t, p, c, api)
 	var restarted time.Time
 	r := disturbWhileContending(t, p, cfg, func() {
@@ -133,7 +132,7 @@ func TestEtcdRestartUnderRenewals(t *testing.T) {
 func TestAPIServerOutage(t *testing.T) {
 	p, cfg := upPlayground(t)
 	c := deployClient(t, p)
-	api := "https://" + cfg.TLSAddr + "/deploy/v1/groups/" + devenv.GroupName
+	api := groupAPI(cfg.TLSAddr)
 	witness := revokeAnOperation(t, p, c, api)
 	var stopped, restarting, started time.Time
 	r := disturbWhileContending(t, p, cfg, func() {
@@ -189,28 +188,34 @@ func TestAPIServerOutage(t *testing.T) {
 // most 5 s after the API server went away) and exit 4 (lost before the DDL
 // boundary); once the API server is back, it releases what it can.
 func deployRunStopsByItsDeadline(t *testing.T, p *devenv.Playground, cfg devenv.Config) {
-	dir := t.TempDir()
-	pidFile := filepath.Join(dir, "pid")
-	outcome := filepath.Join(dir, "outcome.json")
-	run := exec.Command(cfg.OperatorBinary, "deploy", "run",
-		"--server", "https://"+cfg.TLSAddr, "--ca", p.Paths.CACert, "--token-file", p.Paths.DeployToken,
-		"--group", devenv.GroupName, "--instance", devenv.DatabaseName, "--ttl", "5", "--wait", "60s", "--outcome-file", outcome,
-		"--", "sh", "-c", `echo $$ > "$0" && exec sleep 600`, pidFile)
-	var out strings.Builder
-	run.Stdout, run.Stderr = &out, &out
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- run.Wait() }()
-	t.Cleanup(func() { _ = run.Process.Kill() })
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	run := e2etest.StartDeployRun(t, p, cfg, []string{"--group", devenv.GroupName, "--instance", devenv.DatabaseName, "--ttl", "5", "--wait", "60s"},
+		"sh", "-c", `echo $$ > "$0" && exec sleep 600`, pidFile)
 	var pid int
 	waitFor(t, 60*time.Second, func() bool {
 		b, err := os.ReadFile(pidFile)
 		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		return err == nil && pid > 0
 	})
-	time.Sleep(3 * time.Second) // a few renewals confirmed
+	// Wait until the server has confirmed renewals of the mutex: its
+	// expiresAt has moved twice since the command started.
+	c := deployClient(t, p)
+	mutexExpiry := func() string {
+		_, body := c.call(http.MethodGet, groupAPI(cfg.TLSAddr), nil)
+		for _, l := range body["leases"].([]any) {
+			if m := l.(map[string]any); m["kind"] == "migration" {
+				return m["expiresAt"].(string)
+			}
+		}
+		return ""
+	}
+	seen := map[string]bool{}
+	waitFor(t, 30*time.Second, func() bool {
+		if e := mutexExpiry(); e != "" {
+			seen[e] = true
+		}
+		return len(seen) >= 3
+	})
 
 	if err := p.KillAPIServer(); err != nil {
 		t.Fatal(err)
@@ -227,25 +232,13 @@ func deployRunStopsByItsDeadline(t *testing.T, p *devenv.Playground, cfg devenv.
 		t.Fatal(err)
 	}
 	if gone.IsZero() {
-		t.Fatalf("the command still ran 15 s after the API server stopped; output:\n%s", out.String())
+		t.Fatalf("the command still ran 15 s after the API server stopped; output:\n%s", run.Output())
 	}
 	if late := gone.Sub(stopped); late > 5*time.Second {
-		t.Fatalf("the command was stopped %v after the API server stopped, past any deadline it could have had confirmed (ttl 5 s); output:\n%s", late, out.String())
+		t.Fatalf("the command was stopped %v after the API server stopped, past any deadline it could have had confirmed (ttl 5 s); output:\n%s", late, run.Output())
 	}
-	select {
-	case err := <-exited:
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 4 {
-			t.Fatalf("deploy run ended with %v, want exit 4 (lost before the DDL boundary); output:\n%s", err, out.String())
-		}
-	case <-time.After(90 * time.Second):
-		t.Fatalf("deploy run still running 90 s after the API server came back; output:\n%s", out.String())
-	}
-	rec, err := os.ReadFile(outcome)
-	if err != nil || !strings.Contains(string(rec), "lost-before-ddl") {
-		t.Fatalf("outcome file: %v %s", err, rec)
-	}
-	t.Logf("deploy run --ttl 5: its command stopped %v after the API server went away; output:\n%s", gone.Sub(stopped).Round(time.Millisecond), out.String())
+	run.WaitExit(t, 90*time.Second, 4, "lost before the DDL boundary", "lost-before-ddl")
+	t.Logf("deploy run --ttl 5: its command stopped %v after the API server went away; output:\n%s", gone.Sub(stopped).Round(time.Millisecond), run.Output())
 }
 
 // logLines returns the lines of a log file that contain substr.

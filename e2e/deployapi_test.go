@@ -35,14 +35,20 @@ func deployClient(t *testing.T, p *devenv.Playground) *tlsClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &tlsClient{t: t, token: string(token), hc: &http.Client{Timeout: 10 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "localhost"}}}}
+	hc := &http.Client{Timeout: 10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "localhost"}}}
+	return &tlsClient{t: t, token: string(token), hc: hc, api: scene.ForURL("", hc, string(token))}
 }
+
+// groupAPI is the playground group's deployment-API URL on the TLS
+// listener at addr.
+func groupAPI(addr string) string { return "https://" + addr + "/deploy/v1/groups/" + devenv.GroupName }
 
 type tlsClient struct {
 	t     *testing.T
 	hc    *http.Client
 	token string
+	api   *scene.Client // hc with token; paths are whole URLs
 }
 
 // startFollower starts a second operator replica on free ports, stopped at
@@ -55,7 +61,7 @@ func startFollower(t *testing.T, p *devenv.Playground, cfg devenv.Config, c *tls
 		t.Fatal(err)
 	}
 	t.Cleanup(op.Stop)
-	url := "https://" + l.TLS + "/deploy/v1/groups/" + devenv.GroupName
+	url := groupAPI(l.TLS)
 	if st, body := c.call(http.MethodGet, url, nil); st != http.StatusServiceUnavailable || body["error"] != "not_leader" {
 		t.Fatalf("follower: %d %v", st, body)
 	}
@@ -82,19 +88,16 @@ func (c *tlsClient) tryCall(method, url string, body any, headers ...string) (in
 // is returned, an answer that is not JSON is not (its body is then nil).
 func (c *tlsClient) do(method, url string, body any, headers ...string) (int, map[string]any, error) {
 	st, out, err := c.doJSON(method, url, body, headers...)
-	if errors.Is(err, errNotJSON) {
+	if errors.Is(err, scene.ErrNotJSON) {
 		return st, nil, nil
 	}
 	return st, out, err
 }
 
-// errNotJSON: an answer under /deploy/ that is not the contract's JSON.
-var errNotJSON = scene.ErrNotJSON
-
 // doJSON is do for callers that hold the server to the contract: every
 // answer but 204 is application/json with a JSON object body.
 func (c *tlsClient) doJSON(method, url string, body any, headers ...string) (int, map[string]any, error) {
-	r, err := scene.ForURL("", c.hc, c.token).Send(method, url, body, headers...)
+	r, err := c.api.Send(method, url, body, headers...)
 	return r.Status, r.Body, err
 }
 
@@ -106,9 +109,8 @@ func TestDeployAPIOverTLSAcrossLeaderChange(t *testing.T) {
 	ctx := context.Background()
 	p, cfg := upPlayground(t)
 	c := deployClient(t, p)
-	base := func(addr string) string { return "https://" + addr + "/deploy/v1/groups/" + devenv.GroupName }
 
-	leader := base(cfg.TLSAddr)
+	leader := groupAPI(cfg.TLSAddr)
 	if st, body := c.call(http.MethodGet, leader, nil); st != http.StatusOK || body["group"] != devenv.GroupName {
 		t.Fatalf("GET over TLS: %d %v", st, body)
 	}
@@ -182,7 +184,7 @@ func TestDeployAPIOverTLSAcrossLeaderChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("follower took over %v after the leader stopped", time.Since(start).Round(time.Millisecond))
-	next := base(l2.TLS)
+	next := groupAPI(l2.TLS)
 	if st, body := c.call(http.MethodPut, next+"/leases/migration/op-2", map[string]any{"token": grant2["token"]}); st != http.StatusOK {
 		t.Fatalf("renew op-2 on the new leader: %d %v", st, body)
 	}

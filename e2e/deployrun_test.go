@@ -1,17 +1,15 @@
 package e2e
 
 import (
-	"errors"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/e2e/e2etest"
 )
 
 // The primary's mariadbd dies while `bloodraven deploy run` holds the mutex
@@ -24,28 +22,15 @@ func TestEmergencyFailoverDuringDeployRun(t *testing.T) {
 	p, cfg := upPlayground(t)
 	admin, key, g := bootstrappedWithBudget(t, p, 5)
 	probe := siteObserver(t)
-	dir := t.TempDir()
-	started := filepath.Join(dir, "started")
-	outcome := filepath.Join(dir, "outcome.json")
-
-	run := exec.Command(cfg.OperatorBinary, "deploy", "run",
-		"--server", "https://"+cfg.TLSAddr, "--ca", p.Paths.CACert, "--token-file", p.Paths.DeployToken,
-		"--group", devenv.GroupName, "--instance", devenv.DatabaseName, "--ttl", "30", "--outcome-file", outcome,
-		"--", "sh", "-c", `"$0" deploy mark-ddl && touch "$1" && exec sleep 600`, cfg.OperatorBinary, started)
-	var out strings.Builder
-	run.Stdout, run.Stderr = &out, &out
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- run.Wait() }()
-	t.Cleanup(func() { _ = run.Process.Kill() })
+	started := filepath.Join(t.TempDir(), "started")
+	run := e2etest.StartDeployRun(t, p, cfg, []string{"--group", devenv.GroupName, "--instance", devenv.DatabaseName, "--ttl", "30"},
+		"sh", "-c", `"$0" deploy mark-ddl && touch "$1" && exec sleep 600`, cfg.OperatorBinary, started)
 	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil })
 
 	// Both leases are live and renewed: the hold would defer a planned
 	// failover for as long as the client runs.
 	c := deployClient(t, p)
-	st, body := c.call(http.MethodGet, "https://"+cfg.TLSAddr+"/deploy/v1/groups/"+devenv.GroupName, nil)
+	st, body := c.call(http.MethodGet, groupAPI(cfg.TLSAddr), nil)
 	if st != http.StatusOK || len(body["leases"].([]any)) != 2 {
 		t.Fatalf("leases while the command runs: %d %v", st, body)
 	}
@@ -56,22 +41,10 @@ func TestEmergencyFailoverDuringDeployRun(t *testing.T) {
 		t.Fatalf("generation %d after one failover, want 2", g.Status.TopologyGeneration)
 	}
 
-	select {
-	case err := <-exited:
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 5 {
-			t.Fatalf("deploy run ended with %v, want exit 5 (lost after DDL); output:\n%s", err, out.String())
-		}
-	case <-time.After(45 * time.Second):
-		t.Fatalf("deploy run still running 45 s after the failover; output:\n%s", out.String())
-	}
-	rec, err := os.ReadFile(outcome)
-	if err != nil || !strings.Contains(string(rec), "lost-after-ddl") {
-		t.Fatalf("outcome file: %v %s", err, rec)
-	}
+	run.WaitExit(t, 45*time.Second, 5, "lost after DDL", "lost-after-ddl")
 	reasons := eventReasons(t, admin)
 	if !slices.Contains(reasons, "DeploymentLeaseRevoked") || !slices.Contains(reasons, "EmergencyFailover") {
 		t.Fatalf("events %v, want DeploymentLeaseRevoked and EmergencyFailover", reasons)
 	}
-	t.Logf("deploy run output:\n%s", out.String())
+	t.Logf("deploy run output:\n%s", run.Output())
 }

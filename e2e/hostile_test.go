@@ -17,6 +17,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/shipstream/bloodraven/devenv"
@@ -33,7 +34,7 @@ type hostileRequest struct {
 	code   string // the JSON error code; "" when the answer is not ours
 }
 
-func hostileRequests(body func(n int) string) []hostileRequest {
+func hostileRequests() []hostileRequest {
 	g := "/deploy/v1/groups/" + devenv.GroupName
 	req := func(method, path, headers, payload string) string {
 		s := method + " " + path + " HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n" + headers
@@ -49,7 +50,7 @@ func hostileRequests(body func(n int) string) []hostileRequest {
 		{"invalid UTF-8", req("POST", g+"/leases", "Content-Type: application/json\r\n", "{\"kind\":\"\xff\xfe\"}"), 400, "bad_request"},
 		{"a field twice", req("POST", g+"/leases", "", `{"kind":"migration","kind":"failover-hold","operationId":"hostile","instance":"`+devenv.DatabaseName+`"}`), 400, "bad_request"},
 		{"an unknown field", req("POST", g+"/leases", "", grant[:len(grant)-1]+`,"admin":true}`), 400, "bad_request"},
-		{"oversized body (17 KiB)", req("POST", g+"/leases", "Content-Type: application/json\r\n", body(17<<10)), 413, "too_large"},
+		{"oversized body (17 KiB)", req("POST", g+"/leases", "Content-Type: application/json\r\n", `{"kind":"`+strings.Repeat("m", 17<<10)+`"}`), 413, "too_large"},
 		{"wrong method", req("PATCH", g+"/leases", "", grant), 405, "method_not_allowed"},
 		{"wrong method on the group", req("DELETE", g, "", ""), 405, "method_not_allowed"},
 		// The body is read as JSON whatever Content-Type says (docs/api.md).
@@ -89,7 +90,7 @@ func TestHostileInputOverTheWire(t *testing.T) {
 	tlsCfg := &tls.Config{RootCAs: roots, ServerName: "localhost", NextProtos: []string{"http/1.1"}}
 	dial := func() (*tls.Conn, error) { return tls.Dial("tcp", cfg.TLSAddr, tlsCfg) }
 	metrics := "http://" + cfg.MetricsAddr + "/metrics"
-	api := "https://" + cfg.TLSAddr + "/deploy/v1/groups/" + devenv.GroupName
+	api := groupAPI(cfg.TLSAddr)
 
 	leases := func() map[string]string {
 		var list coordinationv1.LeaseList
@@ -104,11 +105,17 @@ func TestHostileInputOverTheWire(t *testing.T) {
 	}
 	_, before := c.call(http.MethodGet, api, nil)
 	leasesBefore := leases()
-	time.Sleep(2 * time.Second) // the operator's start-up settles
-	goroutines, fds := e2etest.MetricValue(t, metrics, "go_goroutines"), e2etest.MetricValue(t, metrics, "process_open_fds")
+	// The baseline, once the operator's start-up has settled: the same
+	// goroutine count twice, 500 ms apart.
+	var goroutines, fds float64
+	_ = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		last := goroutines
+		goroutines, fds = e2etest.MetricValue(t, metrics, "go_goroutines"), e2etest.MetricValue(t, metrics, "process_open_fds")
+		return goroutines == last, nil
+	})
 
 	t.Run("table", func(t *testing.T) {
-		table := hostileRequests(func(n int) string { return `{"kind":"` + strings.Repeat("m", n) + `"}` })
+		table := hostileRequests()
 		defer func() {
 			t.Logf("%d hostile requests, each answered as the contract (or net/http, for what is not HTTP) says", len(table))
 		}()
@@ -232,15 +239,11 @@ func TestHostileInputOverTheWire(t *testing.T) {
 		t.Fatalf("state changed: leases %v → %v; Lease objects %v → %v", before["leases"], after["leases"], leasesBefore, leases())
 	}
 	var g2, f2 float64
-	waitForOrLog := time.Now().Add(30 * time.Second)
-	for {
+	err = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		g2, f2 = e2etest.MetricValue(t, metrics, "go_goroutines"), e2etest.MetricValue(t, metrics, "process_open_fds")
-		if (g2 <= goroutines+5 && f2 <= fds+5) || time.Now().After(waitForOrLog) {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	if g2 > goroutines+5 || f2 > fds+5 {
+		return g2 <= goroutines+5 && f2 <= fds+5, nil
+	})
+	if err != nil {
 		t.Fatalf("goroutines %v → %v, open fds %v → %v: not back to their count before the table", goroutines, g2, fds, f2)
 	}
 	t.Logf("operator goroutines %v before the table, %v after; open fds %v before, %v after", goroutines, g2, fds, f2)

@@ -21,8 +21,7 @@ func TestLeaderKilledFollowerTakesOver(t *testing.T) {
 	ctx := context.Background()
 	p, cfg := upPlayground(t)
 	c := deployClient(t, p)
-	base := func(addr string) string { return "https://" + addr + "/deploy/v1/groups/" + devenv.GroupName }
-	leader := base(cfg.TLSAddr)
+	leader := groupAPI(cfg.TLSAddr)
 	grant := func(url, op string) (int, map[string]any) {
 		return c.call(http.MethodPost, url+"/leases", map[string]any{"kind": "migration", "operationId": op, "instance": devenv.DatabaseName, "ttlSeconds": 120})
 	}
@@ -47,7 +46,7 @@ func TestLeaderKilledFollowerTakesOver(t *testing.T) {
 	}
 
 	_, l2 := startFollower(t, p, cfg, c)
-	follower := base(l2.TLS)
+	follower := groupAPI(l2.TLS)
 
 	if err := p.Operator().Kill(); err != nil {
 		t.Fatal(err)

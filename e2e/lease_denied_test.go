@@ -20,7 +20,7 @@ func TestEmergencyFailoverOfRealMariaDBWhileLeaseUpdatesAreDenied(t *testing.T) 
 	p, cfg := upPlayground(t)
 	admin, key, g := bootstrappedWithBudget(t, p, 5)
 	c := deployClient(t, p)
-	api := "https://" + cfg.TLSAddr + "/deploy/v1/groups/" + devenv.GroupName
+	api := groupAPI(cfg.TLSAddr)
 	st, mig := c.call(http.MethodPost, api+"/leases", map[string]any{"kind": "migration", "operationId": "op-1", "instance": devenv.DatabaseName, "ttlSeconds": 120})
 	if st != http.StatusCreated {
 		t.Fatalf("grant: %d %v", st, mig)

@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/internal/scene"
 )
 
 // neverReturned is the return time of a request that got no answer that
@@ -46,7 +48,6 @@ type answer struct {
 func (h *history) add(client int, in mutexInput, call int64, out mutexOutput, ret int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	in.id = len(h.ops)
 	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
 }
 
@@ -116,7 +117,7 @@ func (m *mutexClient) do(in mutexInput) mutexOutput {
 	code, _ := resp["error"].(string)
 	var dial *net.OpError
 	switch {
-	case errors.Is(err, errNotJSON):
+	case errors.Is(err, scene.ErrNotJSON):
 		m.unexp(fmt.Sprintf("%s %s: %v", in.verb, in.op, err))
 		return mutexOutput{outcome: "not_leader"}
 	case errors.As(err, &dial) && dial.Op == "dial":
@@ -229,7 +230,7 @@ func startMutexClients(t *testing.T, p *devenv.Playground, cfg devenv.Config) *m
 	unexp := func(s string) { r.mu.Lock(); r.unexp = append(r.unexp, s); r.mu.Unlock() }
 	r.clients = make([]*mutexClient, 4)
 	for i := range r.clients {
-		r.clients[i] = &mutexClient{t: t, id: i, c: c, api: "https://" + cfg.TLSAddr + "/deploy/v1/groups/" + devenv.GroupName, h: r.h, unexp: unexp}
+		r.clients[i] = &mutexClient{t: t, id: i, c: c, api: groupAPI(cfg.TLSAddr), h: r.h, unexp: unexp}
 		r.wg.Add(1)
 		go func() { defer r.wg.Done(); r.clients[i].run(ctx) }()
 	}
@@ -302,10 +303,9 @@ func disturbWhileContending(t *testing.T, p *devenv.Playground, cfg devenv.Confi
 	// Run on until grants resume (the operator may be restarting and
 	// waiting for its leader Lease), then a little longer.
 	resumed := r.grants()
-	deadline := time.Now().Add(90 * time.Second)
-	for r.grants() == resumed && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	_ = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
+		return r.grants() > resumed, nil // no progress within 90 s fails below
+	})
 	time.Sleep(3 * time.Second)
 	after := r.grants() - before
 	if before == 0 || after == 0 {

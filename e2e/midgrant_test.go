@@ -21,7 +21,7 @@ func TestOperatorKilledMidGrant(t *testing.T) {
 	ctx := context.Background()
 	p, cfg := upPlayground(t)
 	c := deployClient(t, p)
-	api := "https://" + cfg.TLSAddr + "/deploy/v1/groups/" + devenv.GroupName
+	api := groupAPI(cfg.TLSAddr)
 	body := func(op string) map[string]any {
 		return map[string]any{"kind": "migration", "operationId": op, "instance": devenv.DatabaseName, "ttlSeconds": 120}
 	}

@@ -20,7 +20,6 @@ type mutexInput struct {
 	verb  string // grant, renew, release
 	op    string
 	token string // renew, release: the token the client sent
-	id    int    // the operation's index in the history
 }
 
 type mutexOutput struct {
@@ -118,11 +117,11 @@ func TestMutexModel(t *testing.T) {
 		}, false},
 		"a grant without an answer may have rotated the token": {[]porcupine.Operation{
 			op(0, 0, 1, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t1"}),
-			op(0, 2, 1<<62, mutexInput{verb: "grant", op: "a", id: 1}, mutexOutput{outcome: "unknown"}),
+			op(0, 2, 1<<62, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "unknown"}),
 			op(1, 3, 4, mutexInput{verb: "renew", op: "a", token: "t1"}, mutexOutput{outcome: "token_mismatch"}),
 		}, true},
 		"a grant without an answer may never have happened": {[]porcupine.Operation{
-			op(0, 0, 1<<62, mutexInput{verb: "grant", op: "a", id: 0}, mutexOutput{outcome: "unknown"}),
+			op(0, 0, 1<<62, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "unknown"}),
 			op(1, 3, 4, mutexInput{verb: "grant", op: "b"}, mutexOutput{outcome: "ok", token: "t2"}),
 		}, true},
 		"a grant answered 503 within its window may have had no effect": {[]porcupine.Operation{

@@ -292,7 +292,7 @@ func TestPlaygroundComesUpAsDocumented(t *testing.T) {
 		// A deferral makes the deferral-age series appear: a hold, then a
 		// planned failover behind it.
 		c := deployClient(t, p)
-		api := "https://" + cfg.TLSAddr + "/deploy/v1/groups/" + devenv.GroupName
+		api := groupAPI(cfg.TLSAddr)
 		var tokens []string
 		for _, kind := range []string{"migration", "failover-hold"} {
 			st, grant := c.call(http.MethodPost, api+"/leases", map[string]any{"kind": kind, "operationId": "op-metrics", "instance": devenv.DatabaseName, "ttlSeconds": 60})

@@ -24,7 +24,7 @@ func TestHoldSurvivesAnOperatorCrash(t *testing.T) {
 	ctx := context.Background()
 	p, cfg := upPlayground(t)
 	c := deployClient(t, p)
-	api := "https://" + cfg.TLSAddr + "/deploy/v1/groups/" + devenv.GroupName
+	api := groupAPI(cfg.TLSAddr)
 	admin, key, g := bootstrapped(t, p)
 
 	const holdTTL = 45 * time.Second

@@ -57,7 +57,7 @@ func RepoRoot() string {
 }
 
 // Start starts kube-apiserver and etcd and installs the CRDs.
-func Start(opts Options) (*Env, error) {
+func Start(opts Options) (_ *Env, err error) {
 	root := RepoRoot()
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
@@ -73,12 +73,17 @@ func Start(opts Options) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("control plane launchers: %w", err)
 	}
+	e := &Env{Scheme: scheme, launchers: launchers}
+	defer func() {
+		if err != nil {
+			_ = e.Stop()
+		}
+	}()
 	cp, err := ControlPlane(assets, launchers)
 	if err != nil {
-		os.RemoveAll(launchers)
 		return nil, err
 	}
-	env := &envtest.Environment{
+	e.Environment = &envtest.Environment{
 		Scheme:                   scheme,
 		CRDDirectoryPaths:        []string{filepath.Join(root, "config", "crd")},
 		ErrorIfCRDPathMissing:    true,
@@ -88,32 +93,27 @@ func Start(opts Options) (*Env, error) {
 		ControlPlaneStopTimeout:  30 * time.Second,
 		ControlPlane:             cp,
 	}
-	var cfg *rest.Config
-	if err := childproc.Do(func() (err error) { cfg, err = env.Start(); return err }); err != nil {
-		os.RemoveAll(launchers)
+	if err := childproc.Do(func() (err error) { e.Config, err = e.Environment.Start(); return err }); err != nil {
 		return nil, fmt.Errorf("start control plane: %w", err)
 	}
 	// The API server behind the deployment API must not be throttled by the
 	// client; tests use the same limits as the operator.
-	cfg.QPS, cfg.Burst = 500, 1000
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		_ = env.Stop()
-		os.RemoveAll(launchers)
+	e.Config.QPS, e.Config.Burst = 500, 1000
+	if e.Client, err = client.New(e.Config, client.Options{Scheme: scheme}); err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		_ = env.Stop()
-		os.RemoveAll(launchers)
+	if e.Kube, err = kubernetes.NewForConfig(e.Config); err != nil {
 		return nil, fmt.Errorf("clientset: %w", err)
 	}
-	return &Env{Environment: env, Config: cfg, Client: c, Kube: kube, Scheme: scheme, launchers: launchers}, nil
+	return e, nil
 }
 
-// Stop stops the control plane.
+// Stop stops the control plane (what of it was started).
 func (e *Env) Stop() error {
 	defer os.RemoveAll(e.launchers)
+	if e.Environment == nil {
+		return nil
+	}
 	return e.Environment.Stop()
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shipstream/bloodraven/devenv"
 	"github.com/shipstream/bloodraven/testenv"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Playground builds the operator and brings up a playground on free ports
@@ -48,12 +49,11 @@ func Playground(t *testing.T) (*devenv.Playground, devenv.Config) {
 // WaitFor polls cond every 100 ms and fails the test after timeout.
 func WaitFor(t *testing.T, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("condition not met within %v", timeout)
 	}
 }
 

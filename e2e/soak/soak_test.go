@@ -2,14 +2,9 @@ package soak
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -93,37 +88,23 @@ func TestSoakOfTwentyDeployRuns(t *testing.T) {
 	metrics := "http://" + cfg.MetricsAddr + "/metrics"
 	before := requestCounts(t, metrics)
 
-	type run struct {
-		cmd     *exec.Cmd
-		out     strings.Builder
-		outcome string
-		err     error
-	}
-	runs := make([]*run, soakClients)
-	dir := t.TempDir()
-	var wg sync.WaitGroup
+	runs := make([]*e2etest.DeployRun, soakClients)
 	start := time.Now()
 	for i := range runs {
-		r := &run{outcome: filepath.Join(dir, fmt.Sprintf("outcome-%02d.json", i))}
 		name := fmt.Sprintf("soak-%02d", i)
-		r.cmd = exec.Command(cfg.OperatorBinary, "deploy", "run",
-			"--server", "https://"+cfg.TLSAddr, "--ca", p.Paths.CACert, "--token-file", p.Paths.DeployToken,
-			"--group", name, "--instance", name+"-app", "--ttl", strconv.Itoa(soakTTL), "--outcome-file", r.outcome,
-			"--", "sleep", strconv.Itoa(int(soakDuration.Seconds())))
-		r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
-		if err := r.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = r.cmd.Process.Kill() })
-		runs[i] = r
-		wg.Add(1)
-		go func() { defer wg.Done(); r.err = r.cmd.Wait() }()
+		runs[i] = e2etest.StartDeployRun(t, p, cfg, []string{"--group", name, "--instance", name + "-app", "--ttl", strconv.Itoa(soakTTL)},
+			"sleep", strconv.Itoa(int(soakDuration.Seconds())))
 	}
 
 	// Sample the operator's heap every 30 s while they run.
 	var heap []float64
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() {
+		for _, r := range runs {
+			<-r.Done()
+		}
+		close(done)
+	}()
 	tick := time.NewTicker(30 * time.Second)
 	defer tick.Stop()
 	deadline := time.After(soakDuration + 2*time.Minute)
@@ -136,24 +117,18 @@ wait:
 			heap = append(heap, e2etest.MetricValue(t, metrics, "go_memstats_heap_alloc_bytes"))
 		case <-deadline:
 			for i, r := range runs {
-				t.Logf("run %d output so far:\n%s", i, r.out.String())
+				t.Logf("run %d output so far:\n%s", i, r.Output())
 			}
 			t.Fatal("the deploy runs did not finish")
 		}
 	}
 	took := time.Since(start)
 	for i, r := range runs {
-		var ee *exec.ExitError
-		if r.err != nil {
-			code := -1
-			if errors.As(r.err, &ee) {
-				code = ee.ExitCode()
-			}
-			t.Errorf("run %d exited %d (%v); output:\n%s", i, code, r.err, r.out.String())
+		if r.Err() != nil {
+			t.Errorf("run %d exited %d (%v); output:\n%s", i, r.ExitCode(), r.Err(), r.Output())
 			continue
 		}
-		rec, err := os.ReadFile(r.outcome)
-		if err != nil || !strings.Contains(string(rec), `"succeeded"`) {
+		if rec, err := r.Recorded(); err != nil || !strings.Contains(rec, `"succeeded"`) {
 			t.Errorf("run %d outcome: %v %s", i, err, rec)
 		}
 	}
