@@ -50,6 +50,14 @@ type Config struct {
 	// MySQLPorts are the loopback ports of the iad and pdx MariaDB sites.
 	// Default 13306 and 13307.
 	MySQLPorts [2]int
+	// SitePorts are the ports the group's spec names for iad and pdx;
+	// default MySQLPorts. A test sets them to fault proxies
+	// (internal/faultproxy) in front of the MariaDB servers, which it must
+	// start before Up; the servers' own replication set up by Up stays
+	// direct. After a promotion the topology driver re-points replication
+	// at the spec's addresses, so from then on replication goes through
+	// the proxies too, as it would through the network they simulate.
+	SitePorts [2]int
 	// Log receives progress lines; default io.Discard.
 	Log io.Writer
 }
@@ -113,6 +121,9 @@ func (c *Config) defaults() {
 	}
 	if c.MySQLPorts == [2]int{} {
 		c.MySQLPorts = [2]int{13306, 13307}
+	}
+	if c.SitePorts == [2]int{} {
+		c.SitePorts = c.MySQLPorts
 	}
 }
 

@@ -56,11 +56,12 @@ func (p *Playground) createScene(ctx context.Context, c client.Client, kube kube
 }
 
 // playgroundGroup is the demo group: iad and pdx on the loopback MariaDB
-// sites, with the playground's MariaDB account.
+// sites (or on what stands in front of them, Config.SitePorts), with the
+// playground's MariaDB account.
 func (p *Playground) playgroundGroup() *v1.MysqlFailoverGroup {
 	g := scene.Group(PlaygroundNamespace, GroupName,
-		v1.Site{Name: "iad", Host: "127.0.0.1", Port: int32(p.cfg.MySQLPorts[0])},
-		v1.Site{Name: "pdx", Host: "127.0.0.1", Port: int32(p.cfg.MySQLPorts[1])})
+		v1.Site{Name: "iad", Host: "127.0.0.1", Port: int32(p.cfg.SitePorts[0])},
+		v1.Site{Name: "pdx", Host: "127.0.0.1", Port: int32(p.cfg.SitePorts[1])})
 	g.Spec.CredentialsSecretRef = &v1.SecretReference{Name: MySQLSecret}
 	return g
 }
