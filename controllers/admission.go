@@ -2,10 +2,12 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
@@ -21,8 +23,10 @@ type gated struct {
 	deferred func(adm policy.Admission)
 	// wasDeferred is true when the operation was deferred before.
 	wasDeferred bool
-	// waiting records why the operation cannot be admitted yet.
-	waiting func(msg string)
+	// waiting records why the operation cannot be admitted yet: a reason
+	// (policy.WaitSiteUnreachable, policy.WaitTargetNotReady, "Waiting") and
+	// a message.
+	waiting func(reason, msg string)
 }
 
 // reconcileOperations releases a reservation whose request is gone, then
@@ -116,7 +120,7 @@ func (r *GroupReconciler) failOperation(g *v1.MysqlFailoverGroup, op, reason str
 // of the two sees the other, and never both proceed.
 func (r *GroupReconciler) gate(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, st *step, o gated) (bool, error) {
 	if res := g.Status.Reservation; res != nil && (res.Operation != o.op || res.ID != o.id) {
-		o.waiting(fmt.Sprintf("waiting for %s %s to finish", res.Operation, res.ID))
+		o.waiting("Waiting", fmt.Sprintf("waiting for %s %s to finish", res.Operation, res.ID))
 		st.after(waitRetry)
 		return false, nil
 	}
@@ -124,11 +128,17 @@ func (r *GroupReconciler) gate(ctx context.Context, g *v1.MysqlFailoverGroup, si
 	if err != nil {
 		return false, err
 	}
-	if adm.Verdict == policy.Admitted && g.Status.Reservation == nil {
-		g.Status.Reservation = &v1.OperationReservation{Operation: o.op, ID: o.id, ReservedAt: r.now()}
-		if err := r.writeStatus(ctx, g); err != nil {
-			return false, err
+	if adm.Verdict == policy.Admitted {
+		if g.Status.Reservation == nil {
+			g.Status.Reservation = &v1.OperationReservation{Operation: o.op, ID: o.id, ReservedAt: r.now()}
+			if err := r.writeStatus(ctx, g); err != nil {
+				return false, err
+			}
 		}
+		// Also on re-entry with the reservation already persisted (an
+		// earlier attempt failed after writing it): the admission stands
+		// only once every lapsed hold is recorded with the resourceVersion
+		// read after the reservation.
 		if adm, err = r.confirmAdmission(ctx, g, sites, o.target); err != nil {
 			return false, err
 		}
@@ -150,10 +160,42 @@ func (r *GroupReconciler) gate(ctx context.Context, g *v1.MysqlFailoverGroup, si
 		st.after(adm.RetryTime.Sub(r.Clock.Now()) + 100*time.Millisecond)
 	default:
 		g.Status.Reservation = nil
-		o.waiting(adm.Message)
+		reason := adm.Reason
+		if reason == "" {
+			reason = "Waiting"
+		}
+		o.waiting(reason, adm.Message)
 		st.after(waitRetry)
 	}
 	return false, nil
+}
+
+// fenceOthers is every planned path's last step before it writes a
+// transition: every site but target is made read-only and confirmed
+// (topology.Driver.FenceOthers), and target has applied what they wrote. It
+// skips no site. When it fails, no transition is written, so the operation
+// never holds the emergency path (a persisted transition does); the active
+// site, which it may have fenced, is reopened at once; and the operation
+// waits: it returns false and the message naming the site.
+func (r *GroupReconciler) fenceOthers(ctx context.Context, g *v1.MysqlFailoverGroup, op, id, target string, st *step) (bool, string) {
+	err := r.driver().FenceOthers(ctx, g, target)
+	if err == nil {
+		return true, ""
+	}
+	msg := fmt.Sprintf("cannot fence every other site before promoting %s: %v", target, err)
+	if ue := (*topology.UnreachableError)(nil); errors.As(err, &ue) {
+		msg = fmt.Sprintf("site %s is unreachable or could not be confirmed read-only: a planned operation fences every other site before it promotes %s, and waits (%v)", ue.Site, target, ue.Err)
+	}
+	if active := g.Status.ActiveSite; active != "" && active != target {
+		if rerr := r.driver().Promote(ctx, g, active, g.Status.TopologyGeneration, false); rerr != nil {
+			// The safety paths reassert it once it answers (ActionReassert).
+			log.FromContext(ctx).Info("could not reopen the active site after a failed planned fence; the safety paths retry",
+				"site", active, "error", rerr.Error())
+		}
+	}
+	EventOperationWaiting.emit(r.Recorder, g, op, id, msg)
+	st.after(waitRetry)
+	return false, msg
 }
 
 // admit reads the group's leases fresh and decides.
@@ -163,9 +205,9 @@ func (r *GroupReconciler) admit(ctx context.Context, g *v1.MysqlFailoverGroup, s
 		return policy.Admission{}, nil, err
 	}
 	recs, objOf := leasestore.Records(objs)
-	ready, why := policy.SiteReady(sites, target, g.Status.ActiveSite)
+	ready, wait, why := policy.PlannedReady(sites, target, g.Status.ActiveSite)
 	return policy.Admit(policy.AdmissionInput{Now: r.Clock.Now(), GroupUID: string(g.UID), Leases: recs,
-		TargetReady: ready, TargetReason: why}), objOf, nil
+		TargetReady: ready, TargetWait: wait, TargetReason: why}), objOf, nil
 }
 
 // confirmAdmission re-decides after the reservation is persisted and makes

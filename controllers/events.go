@@ -25,12 +25,13 @@ var (
 	EventSiteFenced              = eventKind{corev1.EventTypeWarning, "SiteFenced", "fenced site %s (made read-only): %s"}
 	EventOperationCompleted      = eventKind{corev1.EventTypeNormal, "OperationCompleted", "%s %s completed"}
 	EventOperationFailed         = eventKind{corev1.EventTypeWarning, "OperationFailed", "%s %s failed: %s"}
+	EventOperationWaiting        = eventKind{corev1.EventTypeWarning, "OperationWaiting", "%s %s waits, no transition written: %s"}
 	EventTransitionRolledBack    = eventKind{corev1.EventTypeWarning, "TransitionRolledBack", "%s rolled back: site %s fenced read-only, generation unchanged: %s"}
 )
 
 // allEvents is every Event above; docs/events.md documents each.
 var allEvents = []eventKind{EventDeploymentLeaseRevoked, EventPlannedFailoverDeferred, EventBootstrapped, EventPromoted,
-	EventEmergencyFailover, EventSiteFenced, EventOperationCompleted, EventOperationFailed, EventTransitionRolledBack}
+	EventEmergencyFailover, EventSiteFenced, EventOperationCompleted, EventOperationFailed, EventOperationWaiting, EventTransitionRolledBack}
 
 func (e eventKind) emit(r record.EventRecorder, obj runtime.Object, args ...any) {
 	if r == nil {

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -96,7 +97,7 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !g.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.finalize(ctx, g)
+		return r.reconcileDeleting(ctx, g)
 	}
 	if !controllerutil.ContainsFinalizer(g, Finalizer) {
 		controllerutil.AddFinalizer(g, Finalizer)
@@ -143,6 +144,41 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		}
 	}
 	r.Metrics.observeGroup(g)
+	return ctrl.Result{RequeueAfter: st.requeueAfter}, nil
+}
+
+// reconcileDeleting runs the safety paths of a group being deleted, then
+// its finalizer. The safety paths run until the group is gone: a finalizer
+// that cannot complete (a denied Lease delete, another controller's
+// finalizer) must not leave the group without probing, emergency failover
+// and fencing. Planned operations and lease bookkeeping stop: no grant is
+// taken while the group is being deleted.
+func (r *GroupReconciler) reconcileDeleting(ctx context.Context, g *v1.MysqlFailoverGroup) (ctrl.Result, error) {
+	persisted := g.Status.DeepCopy()
+	var st step
+	st.after(r.probeInterval())
+	sites, err := r.driver().Probe(ctx, g)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("probe: %w", err)
+	}
+	acted, terr := r.reconcileTopology(ctx, g, sites, &st)
+	ferr := r.finalize(ctx, g)
+	if terr != nil || ferr != nil {
+		return ctrl.Result{}, errors.Join(terr, ferr)
+	}
+	if acted {
+		//lint:ignore SA1019 Requeue (with the rate limiter's backoff) is "probe again now"; no fixed RequeueAfter fits
+		return ctrl.Result{Requeue: true}, nil
+	}
+	if sites, err = r.driver().Probe(ctx, g); err != nil {
+		return ctrl.Result{}, fmt.Errorf("probe: %w", err)
+	}
+	r.observe(g, sites)
+	if !equality.Semantic.DeepEqual(persisted, &g.Status) {
+		if err := r.writeStatus(ctx, g); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+	}
 	return ctrl.Result{RequeueAfter: st.requeueAfter}, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,8 +43,9 @@ func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup
 	}
 	recs, objOf := leasestore.Records(objs)
 	_, annotated := g.Annotations[v1.RevokeDeploymentLeasesAnnotation]
+	move := leasestore.MoveOf(g)
 	d := policy.DecideBookkeeping(policy.BookkeepingInput{Now: r.Clock.Now(), GroupUID: string(g.UID),
-		Generation: g.Status.TopologyGeneration, RevokeAll: annotated, Leases: recs})
+		Generation: move.Generation, MovedAt: move.At, RevokeAll: annotated, Leases: recs})
 
 	var errs []error
 	if err := r.revoke(ctx, g, d.Revoke, d.Reason); err != nil {
@@ -67,25 +69,74 @@ func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup
 			errs = append(errs, err)
 		}
 	}
+	// Revocations written by the deployment API (a renewal, release or
+	// re-grant that noticed the move first) are announced here.
+	pending, err := r.Leases.PendingTombstones(ctx, g.Namespace, g.Name)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := r.announce(ctx, g, pending); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
-// revoke revokes each operation and emits one Event for those it ended.
+// revoke revokes each operation; the tombstones written are announced.
 func (r *GroupReconciler) revoke(ctx context.Context, g *v1.MysqlFailoverGroup, ops []string, reason string) error {
-	var revoked []string
+	var tombs []*leasestore.Object
 	var errs []error
 	for _, op := range ops {
-		recs, err := r.Leases.Revoke(ctx, g, op, reason)
+		rev, err := r.Leases.Revoke(ctx, g, op, reason)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("revoke operation %s: %w", op, err))
 		}
-		if len(recs) > 0 {
-			revoked = append(revoked, op)
+		if rev.Tombstone != nil {
+			tombs = append(tombs, rev.Tombstone)
 		}
 	}
-	if len(revoked) > 0 {
-		EventDeploymentLeaseRevoked.emit(r.Recorder, g, reason, g.Status.TopologyGeneration, revoked)
-		r.Metrics.revoked(g, reason, len(revoked), r.Clock.Now())
+	if err := r.announce(ctx, g, tombs); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// announce announces each pending tombstone once, whoever wrote it: it
+// clears the tombstone's AnnouncePending with the resourceVersion it read,
+// and only the writer that succeeds emits DeploymentLeaseRevoked (one Event
+// per reason and generation, naming the operations) and counts the
+// revocations. A tombstone already announced, or changed since it was read,
+// is left to whoever changed it. A crash between the write and the Event
+// loses that Event; it never repeats one.
+func (r *GroupReconciler) announce(ctx context.Context, g *v1.MysqlFailoverGroup, tombs []*leasestore.Object) error {
+	type key struct {
+		reason string
+		gen    int64
+	}
+	byKey := map[key][]string{}
+	var keys []key
+	var errs []error
+	for _, t := range tombs {
+		if !t.Record.BelongsTo(string(g.UID)) {
+			continue
+		}
+		ok, err := r.Leases.Announce(ctx, g, t)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("announce revocation of %s: %w", t.Record.OperationID, err))
+		}
+		if !ok {
+			continue
+		}
+		k := key{t.Record.Reason, t.Record.Generation}
+		if _, seen := byKey[k]; !seen {
+			keys = append(keys, k)
+		}
+		byKey[k] = append(byKey[k], t.Record.OperationID)
+	}
+	for _, k := range keys {
+		ops := byKey[k]
+		sort.Strings(ops)
+		EventDeploymentLeaseRevoked.emit(r.Recorder, g, k.reason, k.gen, ops)
+		r.Metrics.revoked(g, k.reason, len(ops), r.Clock.Now())
 	}
 	return errors.Join(errs...)
 }

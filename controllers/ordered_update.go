@@ -28,7 +28,7 @@ func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *v1.Mysq
 			ok, err := r.gate(ctx, g, sites, st, gated{op: OpOrderedUpdate, id: rev, target: target,
 				wasDeferred: g.Status.UpdatePhase == v1.PhaseDeferred,
 				deferred:    func(policy.Admission) { g.Status.UpdatePhase = v1.PhaseDeferred },
-				waiting:     func(string) { g.Status.UpdatePhase = v1.PhaseAdmitting },
+				waiting:     func(string, string) { g.Status.UpdatePhase = v1.PhaseAdmitting },
 			})
 			if err != nil || !ok {
 				return err
@@ -49,8 +49,13 @@ func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *v1.Mysq
 			}
 		case policy.StepPromote:
 			target := policy.BestSite(sites, g.Status.ActiveSite)
-			if ready, _ := policy.SiteReady(sites, target, g.Status.ActiveSite); target == "" || !ready {
+			if ready, _, _ := policy.PlannedReady(sites, target, g.Status.ActiveSite); target == "" || !ready {
 				st.after(waitRetry)
+				return nil
+			}
+			// The update keeps its reservation while it waits; no transition
+			// is written until every other site is fenced and confirmed.
+			if ok, _ := r.fenceOthers(ctx, g, OpOrderedUpdate, rev, target, st); !ok {
 				return nil
 			}
 			// On success the phase moves to UpdatingFormerPrimary in the same

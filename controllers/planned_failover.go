@@ -48,13 +48,19 @@ func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *v1.My
 			pf().Phase, pf().Reason = v1.PlannedFailoverPhaseDeferred, v1.DeferReasonDeploymentHold
 			pf().Admission = &v1.Admission{DeferReason: v1.DeferReasonDeploymentHold, RetryTime: microTime(adm.RetryTime), Message: adm.Message}
 		},
-		waiting: func(msg string) {
-			pf().Phase, pf().Reason = v1.PlannedFailoverPhaseAdmitting, "Waiting"
+		waiting: func(reason, msg string) {
+			pf().Phase, pf().Reason = v1.PlannedFailoverPhaseAdmitting, reason
 			pf().Admission = &v1.Admission{Message: msg}
 		},
 	})
 	if err != nil || !ok {
 		return err
+	}
+	if ok, msg := r.fenceOthers(ctx, g, OpPlannedFailover, req.ID, target, st); !ok {
+		r.releaseReservation(g, OpPlannedFailover)
+		pf().Phase, pf().Reason = v1.PlannedFailoverPhaseAdmitting, policy.WaitSiteUnreachable
+		pf().Admission = &v1.Admission{Message: msg}
+		return nil
 	}
 	pf().Phase, pf().Reason, pf().Admission = v1.PlannedFailoverPhasePromoting, "", nil
 	held, reason := policy.AutomaticFailoverHeld(pf())

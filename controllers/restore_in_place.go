@@ -32,7 +32,7 @@ func (r *GroupReconciler) reconcileRestoreInPlace(ctx context.Context, g *v1.Mys
 			ok, err := r.gate(ctx, g, sites, st, gated{op: OpRestoreInPlace, id: req.ID, target: target,
 				wasDeferred: g.Status.RestoreInPlace == v1.PhaseDeferred,
 				deferred:    func(policy.Admission) { g.Status.RestoreInPlace = v1.PhaseDeferred },
-				waiting:     func(string) { g.Status.RestoreInPlace = v1.PhaseAdmitting },
+				waiting:     func(string, string) { g.Status.RestoreInPlace = v1.PhaseAdmitting },
 			})
 			if err != nil || !ok {
 				return err
@@ -44,6 +44,11 @@ func (r *GroupReconciler) reconcileRestoreInPlace(ctx context.Context, g *v1.Mys
 			}
 			g.Status.RestoreInPlace = v1.PhasePromoting
 		case policy.StepPromote:
+			// No transition is written until every other site is fenced and
+			// confirmed; the restore keeps its reservation while it waits.
+			if ok, _ := r.fenceOthers(ctx, g, OpRestoreInPlace, req.ID, target, st); !ok {
+				return nil
+			}
 			// On success the phase becomes Completed in the same status write
 			// as the generation bump.
 			return r.promote(ctx, g, OpRestoreInPlace, target)

@@ -87,7 +87,10 @@ func TestEmergencyFailoverWhileLeaseUpdatesAreDenied(t *testing.T) {
 func TestRemovingARequestReleasesItsReservation(t *testing.T) {
 	f := newFixture(t, true)
 	f.settle()
-	f.driver.Kill(f.group, "pdx") // the ordered update is admitted, then cannot update pdx
+	// The ordered update is admitted, then cannot update pdx. (With pdx
+	// unreachable it would not be admitted at all: a planned operation
+	// waits until it can fence every other site.)
+	f.driver.FailUpdates(f.group, "pdx", errors.New("simulated rollout failure"))
 	f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.UpdateRevision = "r7" })
 	for i := 0; i < 3; i++ {
 		_, _ = f.reconcileTolerant()

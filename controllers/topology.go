@@ -124,6 +124,7 @@ func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup,
 	}
 	g.Status.ActiveSite = t.TargetSite
 	g.Status.TopologyGeneration = t.Generation
+	g.Status.TopologyGenerationTime = microTime(r.Clock.Now()) // when the topology moved: the fence's time
 	g.Status.Transition = nil
 	g.Status.PrimaryLostAt = nil
 	completed := r.advanceOperation(g, t.Operation) // in the same write as the bump

@@ -434,16 +434,16 @@ func TestOperatorRevocationIsReported(t *testing.T) {
 	f := newFixture(t)
 	m := f.grant("migration", "op-1", http.StatusCreated)
 	revoked, err := f.store.Revoke(f.ctx, f.group, "op-1", leases.ReasonOperatorRevoked)
-	if err != nil || len(revoked) != 1 {
-		t.Fatalf("revoke: %v (%d revoked)", err, len(revoked))
+	if err != nil || len(revoked.Records) != 1 {
+		t.Fatalf("revoke: %v (%d revoked)", err, len(revoked.Records))
 	}
 	r := f.do(http.MethodPut, leasePath("migration", "op-1"), f.token, map[string]any{"token": m.str("token")})
 	expectError(t, r, 409, "revoked")
 	if r.str("reason") != "operator_revoked" || r.num("topologyGeneration") != 1 {
 		t.Fatalf("body = %s", r.raw)
 	}
-	if again, err := f.store.Revoke(f.ctx, f.group, "op-1", leases.ReasonOperatorRevoked); err != nil || len(again) != 0 {
-		t.Fatalf("second revoke: %v, %d revoked (want idempotent)", err, len(again))
+	if again, err := f.store.Revoke(f.ctx, f.group, "op-1", leases.ReasonOperatorRevoked); err != nil || len(again.Records) != 0 {
+		t.Fatalf("second revoke: %v, %d revoked (want idempotent)", err, len(again.Records))
 	}
 }
 

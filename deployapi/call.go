@@ -1,13 +1,17 @@
 package deployapi
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/julienschmidt/httprouter"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
 )
 
@@ -170,10 +174,35 @@ func confirmedOnly(o policy.LeaseOutcome) bool {
 }
 
 func groupView(g *v1.MysqlFailoverGroup) policy.GroupView {
+	_, revokePending := g.Annotations[v1.RevokeDeploymentLeasesAnnotation]
 	return policy.GroupView{
-		UID:         string(g.UID),
-		Generation:  g.Status.TopologyGeneration,
-		Transition:  g.Status.Transition != nil,
-		Reservation: g.Status.Reservation != nil,
+		UID:           string(g.UID),
+		Generation:    g.Status.TopologyGeneration,
+		MovedAt:       leasestore.MoveOf(g).At,
+		Transition:    g.Status.Transition != nil,
+		Reservation:   g.Status.Reservation != nil,
+		RevokePending: revokePending,
 	}
+}
+
+// rereadGroup reads g again from the API server: a decision found a record
+// newer than the request's view of the group.
+func (s *Server) rereadGroup(ctx context.Context, g *v1.MysqlFailoverGroup) (*v1.MysqlFailoverGroup, error) {
+	fresh := &v1.MysqlFailoverGroup{}
+	if err := s.api.Get(ctx, client.ObjectKeyFromObject(g), fresh); err != nil {
+		return nil, fmt.Errorf("re-read group: %w", err)
+	}
+	if fresh.UID != g.UID {
+		return nil, fmt.Errorf("group %s/%s was re-created during the request: %w", g.Namespace, g.Name, leasestore.ErrContended)
+	}
+	return fresh, nil
+}
+
+// afterRevocation is the group to decide again on once a revocation was
+// written: the one the revocation read, when it is the same incarnation.
+func afterRevocation(g *v1.MysqlFailoverGroup, rev leasestore.Revocation) *v1.MysqlFailoverGroup {
+	if rev.Group != nil && rev.Group.UID == g.UID {
+		return rev.Group
+	}
+	return g
 }

@@ -75,7 +75,7 @@ func TestConcurrentMigrationGrantsExactlyOneWins(t *testing.T) {
 func TestRestartKeepsLeasesAndTombstones(t *testing.T) {
 	f := newFixture(t)
 	f.grant("migration", "gone", http.StatusCreated)
-	if revoked, err := f.store.Revoke(f.ctx, f.group, "gone", leases.ReasonOperatorRevoked); err != nil || len(revoked) != 1 {
+	if revoked, err := f.store.Revoke(f.ctx, f.group, "gone", leases.ReasonOperatorRevoked); err != nil || len(revoked.Records) != 1 {
 		t.Fatalf("revoke: %v %v", revoked, err)
 	}
 	m := f.grant("migration", "op-1", http.StatusCreated)

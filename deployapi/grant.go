@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
@@ -73,11 +74,24 @@ func (s *Server) grant(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 			}
 			res, err = s.writeGrant(ctx, c, g, name, target, d.Outcome, now)
 			return err
-		case policy.OutcomeRevokeStale:
-			if _, err := s.leases.Revoke(ctx, g, d.RevokeOperation, leases.ReasonTopologyChanged); err != nil {
+		case policy.OutcomeStaleView:
+			if g, err = s.rereadGroup(ctx, g); err != nil {
 				return err
 			}
-			return leasestore.ErrStale // decide again on what the revocation left
+			return leasestore.ErrStale
+		case policy.OutcomeRevokeStale:
+			// A record held authority when the topology moved: revoke its
+			// operation first, whoever's it is, then decide again on what
+			// the revocation left (and the group it read).
+			rev, err := s.leases.Revoke(ctx, g, d.RevokeOperation, leases.ReasonTopologyChanged)
+			if err != nil {
+				return err
+			}
+			g = afterRevocation(g, rev)
+			if tomb, err = s.leases.Tombstone(ctx, g, c.operationID); err != nil {
+				return err
+			}
+			return leasestore.ErrStale
 		}
 		if confirmedOnly(d.Outcome) && !fresh {
 			return leasestore.ErrStale
@@ -100,13 +114,18 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGro
 	if err != nil {
 		return result{}, err
 	}
-	rec := leases.NewGrant(leases.Grant{Group: g.Name, GroupUID: string(g.UID), Kind: c.kind, OperationID: c.operationID,
+	grant := leases.Grant{Group: g.Name, GroupUID: string(g.UID), Kind: c.kind, OperationID: c.operationID,
 		Instance: c.instance, Identity: c.identity.Username(), Generation: g.Status.TopologyGeneration,
-		TTLSeconds: policy.ClampTTL(c.ttl.ptr(), policy.DefaultTTLSeconds)}, leases.HashToken(token), now)
-	if _, err := s.leases.Put(ctx, g, name, target, rec); err != nil {
+		TTLSeconds: policy.ClampTTL(c.ttl.ptr(), policy.DefaultTTLSeconds)}
+	if outcome == policy.OutcomeRegrant && target != nil {
+		grant.HeldSince = target.Record.HeldSince // a re-grant continues the operation's tenure
+	}
+	rec := leases.NewGrant(grant, leases.HashToken(token), now)
+	written, err := s.leases.Put(ctx, g, name, target, rec)
+	if err != nil {
 		return result{}, err
 	}
-	if err := s.confirmGrant(ctx, g, rec, outcome); err != nil {
+	if err := s.confirmGrant(ctx, g, written, outcome); err != nil {
 		return result{}, err
 	}
 	status := http.StatusCreated
@@ -117,7 +136,7 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGro
 }
 
 // confirmGrant re-reads the group after a grant was written, and withdraws
-// the grant (releases the record it wrote, answers 423) when either:
+// the grant (deletes the Lease it wrote, answers 423) when either:
 //   - the topology generation moved past the one the grant was written at:
 //     the group was read before a move and the write landed after it, so the
 //     lease was fenced before it existed, and the controller may already have
@@ -126,18 +145,22 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGro
 //     controller writes its reservation, then reads holds; the API writes the
 //     hold, then reads the reservation. Of the two, at least one sees the
 //     other, and if it is the API, the hold is withdrawn. This holds for
-//     every hold grant, a re-grant included.
+//     every hold grant, a re-grant included;
+//   - the revoke annotation appeared: the controller lists leases only once
+//     the annotation is present, so a grant written after its list is
+//     withdrawn here.
 //
-// A re-grant overtaken by a move is not released but revoked
-// (topology_changed, 409): its operation held a live lease at the old
-// generation, which the move fences; releasing it could let the
-// controller's revocation miss it and the operation's retry take the mutex
-// again at the new generation.
+// A withdrawn new grant is deleted, not released: it never held authority,
+// and a released record would look, to the fence, like an operation that was
+// live at the move (its retry must be granted, not answered 409 revoked).
+// A re-grant overtaken by a move is revoked (topology_changed, 409): its
+// operation held a live lease at the old generation, which the move fences.
 //
 // A grant that answers 201 (or 200) was therefore, at one instant after its
 // write, at the group's current generation and, for a hold, unopposed by a
 // planned operation.
-func (s *Server) confirmGrant(ctx context.Context, g *v1.MysqlFailoverGroup, rec leases.Record, outcome policy.LeaseOutcome) error {
+func (s *Server) confirmGrant(ctx context.Context, g *v1.MysqlFailoverGroup, written *leasestore.Object, outcome policy.LeaseOutcome) error {
+	rec := written.Record
 	fresh := &v1.MysqlFailoverGroup{}
 	if err := s.api.Get(ctx, client.ObjectKeyFromObject(g), fresh); err != nil {
 		return fmt.Errorf("re-read group after grant: %w", err)
@@ -146,18 +169,13 @@ func (s *Server) confirmGrant(ctx context.Context, g *v1.MysqlFailoverGroup, rec
 		return nil
 	}
 	if outcome == policy.OutcomeRegrant && fresh.Status.TopologyGeneration != rec.Generation {
-		if _, err := s.leases.Revoke(ctx, fresh, rec.OperationID, leases.ReasonTopologyChanged); err != nil {
+		rev, err := s.leases.Revoke(ctx, fresh, rec.OperationID, leases.ReasonTopologyChanged)
+		if err != nil {
 			return err
 		}
-		return errRevoked(leases.ReasonTopologyChanged, fresh.Status.TopologyGeneration)
+		return errRevoked(leases.ReasonTopologyChanged, afterRevocation(fresh, rev).Status.TopologyGeneration)
 	}
-	_, err := s.leases.Transition(ctx, g, rec.Kind, rec.OperationID, func(cur *leases.Record) (leases.Record, bool) {
-		if cur.TokenHash != rec.TokenHash || cur.State != leases.StateActive {
-			return leases.Record{}, false
-		}
-		return cur.Released(s.clock.Now()), true
-	})
-	if err != nil {
+	if err := s.leases.Delete(ctx, written); err != nil && !apierrors.IsConflict(err) {
 		return err
 	}
 	return errUnstable()

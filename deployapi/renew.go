@@ -59,15 +59,27 @@ func (s *Server) renew(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 			}
 			res.status, res.body = http.StatusOK, bodyOf(&next)
 			return nil
-		case policy.OutcomeRevokeStale:
-			// The token's grant generation is not the group's: the fence has
-			// already ended this lease, whether or not its record can be
-			// rewritten now (a failed write is logged with the answer).
-			e := refusal(d, g.Status.TopologyGeneration)
-			if _, err := s.leases.Revoke(ctx, g, c.operationID, leases.ReasonTopologyChanged); err != nil {
-				e.cause = err
+		case policy.OutcomeStaleView:
+			if g, err = s.rereadGroup(ctx, g); err != nil {
+				return err
 			}
-			return e
+			return leasestore.ErrStale
+		case policy.OutcomeRevokeStale:
+			// The lease held authority when the topology moved. A live one
+			// is ended by the fence whether or not its record can be
+			// rewritten now (a failed write is logged with the answer); an
+			// ended one is revoked and answered from its new record.
+			rev, err := s.leases.Revoke(ctx, g, c.operationID, leases.ReasonTopologyChanged)
+			if err != nil {
+				if own.Live(now) {
+					e := refusal(d, g.Status.TopologyGeneration)
+					e.cause = err
+					return e
+				}
+				return err
+			}
+			g = afterRevocation(g, rev)
+			return leasestore.ErrStale
 		}
 		if confirmedOnly(d.Outcome) && !fresh {
 			return leasestore.ErrStale
@@ -98,7 +110,28 @@ func (s *Server) release(r *http.Request, c *call, g *v1.MysqlFailoverGroup) res
 			res.instance = own.Instance
 		}
 		now := s.clock.Now()
-		d := policy.DecideRelease(own, c.token, now)
+		d := policy.DecideRelease(own, c.token, groupView(g), now)
+		switch d.Outcome {
+		case policy.OutcomeStaleView:
+			if g, err = s.rereadGroup(ctx, g); err != nil {
+				return err
+			}
+			return leasestore.ErrStale
+		case policy.OutcomeRevokeStale:
+			// The lease held authority when the topology moved: its end is a
+			// revocation, recorded as such (tombstone), and answered 204. A
+			// revocation that cannot be written is an error, never a
+			// release: the record stays for the controller to revoke.
+			rev, err := s.leases.Revoke(ctx, g, d.RevokeOperation, leases.ReasonTopologyChanged)
+			if err != nil {
+				return err
+			}
+			if rev.Tombstone != nil {
+				return nil
+			}
+			g = afterRevocation(g, rev)
+			return leasestore.ErrStale
+		}
 		if d.Outcome == policy.OutcomeRelease {
 			if c.kind == leases.KindMigration {
 				// The operation's hold dies with its mutex; end its record

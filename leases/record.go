@@ -66,11 +66,25 @@ type Record struct {
 	ExpiresAt  time.Time `json:"expiresAt"`
 	GrantedAt  time.Time `json:"grantedAt"`
 	RenewedAt  time.Time `json:"renewedAt"`
-	TokenHash  string    `json:"tokenHash,omitempty"`
+	// HeldSince, on a migration mutex: when this operation's unbroken
+	// tenure of the mutex began (its create or take-over; a re-grant keeps
+	// it). A failover-hold granted before it belongs to an earlier tenure
+	// and defers nothing (HoldLive). Zero on records written before it
+	// existed.
+	HeldSince time.Time `json:"heldSince,omitzero"`
+	// EndedAt is when a released record was released; zero otherwise.
+	EndedAt   time.Time `json:"endedAt,omitzero"`
+	TokenHash string    `json:"tokenHash,omitempty"`
 	// RevokedTokenHashes, on tombstones only: the hashes of the operation's
 	// lease tokens at revocation.
 	RevokedTokenHashes []string  `json:"revokedTokenHashes,omitempty"`
 	RevokedAt          time.Time `json:"revokedAt,omitzero"`
+	// AnnouncePending, on tombstones only: the revocation has not been
+	// announced yet (Event DeploymentLeaseRevoked, the revocation counter).
+	// Whoever writes a tombstone writes it pending; the group controller
+	// announces it and clears the flag with the resourceVersion it read, so
+	// each revocation is announced once, whoever wrote it.
+	AnnouncePending bool `json:"announcePending,omitempty"`
 }
 
 // ExpiryAt is the expiry of a lease granted or renewed at now for ttl

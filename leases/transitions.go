@@ -10,15 +10,23 @@ type Grant struct {
 	// Generation is the group's topologyGeneration at the grant.
 	Generation int64
 	TTLSeconds int64
+	// HeldSince, for a re-grant of the migration mutex: the tenure the
+	// re-grant continues. Zero for a create or take-over, which starts a
+	// new tenure at the grant.
+	HeldSince time.Time
 }
 
 // NewGrant is the record of a grant (new, take-over or re-grant) at now: a
 // fresh expiry and the hash of the new token.
 func NewGrant(g Grant, tokenHash string, now time.Time) Record {
+	held := g.HeldSince
+	if held.IsZero() && g.Kind == KindMigration {
+		held = now
+	}
 	return Record{
 		Group: g.Group, GroupUID: g.GroupUID, Kind: g.Kind, OperationID: g.OperationID, Instance: g.Instance,
 		Identity: g.Identity, State: StateActive, Generation: g.Generation, TTLSeconds: g.TTLSeconds,
-		ExpiresAt: ExpiryAt(now, g.TTLSeconds), GrantedAt: now, RenewedAt: now, TokenHash: tokenHash,
+		ExpiresAt: ExpiryAt(now, g.TTLSeconds), GrantedAt: now, RenewedAt: now, HeldSince: held, TokenHash: tokenHash,
 	}
 }
 
@@ -30,7 +38,7 @@ func (r Record) Renewed(ttlSeconds int64, now time.Time) Record {
 
 // Released is r released by its holder at now.
 func (r Record) Released(now time.Time) Record {
-	r.State, r.RenewedAt = StateReleased, now
+	r.State, r.RenewedAt, r.EndedAt = StateReleased, now, now
 	return r
 }
 
@@ -50,9 +58,11 @@ func (r Record) Revoked(reason string, now time.Time) Record {
 // NewTombstone is the revocation record of operation: it outlives the
 // operation's leases and answers 409 revoked until the group is deleted.
 // revoked are the operation's records it ends; their token hashes are kept.
+// It is written pending announcement (AnnouncePending).
 func NewTombstone(group, groupUID, operationID, reason string, generation int64, revoked []Record, now time.Time) Record {
 	t := Record{Group: group, GroupUID: groupUID, Kind: KindTombstone, OperationID: operationID, State: StateRevoked,
-		Reason: reason, Generation: generation, GrantedAt: now, RenewedAt: now, ExpiresAt: now, RevokedAt: now}
+		Reason: reason, Generation: generation, GrantedAt: now, RenewedAt: now, ExpiresAt: now, RevokedAt: now,
+		AnnouncePending: true}
 	for _, r := range revoked {
 		t.Instance, t.Identity = r.Instance, r.Identity
 		if r.TokenHash != "" {
@@ -62,14 +72,33 @@ func NewTombstone(group, groupUID, operationID, reason string, generation int64,
 	return t
 }
 
+// Announced is the tombstone t once its revocation was announced.
+func (t Record) Announced() Record {
+	t.AnnouncePending = false
+	return t
+}
+
 // HoldLive tells whether a failover-hold defers anything at now: the hold
 // itself is live, and its operation holds the live migration mutex for the
-// same instance. Once the operation's migration lease has expired, been
-// released or revoked, or belongs to another operation, the hold is dead.
+// same instance, in the same tenure the hold was granted in. Once the
+// operation's migration lease has expired, been released or revoked, or
+// belongs to another operation, the hold is dead, and it stays dead when the
+// operation takes the mutex again: a hold granted before the mutex's
+// HeldSince belongs to an earlier tenure.
 func HoldLive(hold, migration *Record, now time.Time) bool {
 	return hold.Live(now) && migration.Live(now) &&
 		migration.OperationID == hold.OperationID && migration.Instance == hold.Instance &&
-		migration.GroupUID == hold.GroupUID
+		migration.GroupUID == hold.GroupUID &&
+		(migration.HeldSince.IsZero() || !hold.GrantedAt.Before(migration.HeldSince))
+}
+
+// DeferralEnd is the earliest moment a live hold can stop deferring: the
+// earlier of its own expiry and its migration mutex's.
+func DeferralEnd(hold, migration *Record) time.Time {
+	if migration != nil && migration.ExpiresAt.Before(hold.ExpiresAt) {
+		return migration.ExpiresAt
+	}
+	return hold.ExpiresAt
 }
 
 // Effective is the subset of recs (one group's records, read together) that

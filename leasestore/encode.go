@@ -21,7 +21,20 @@ const (
 	LabelGroup       = "bloodraven.shipstream.io/group"
 	LabelKind        = "bloodraven.shipstream.io/kind"
 	RecordAnnotation = "bloodraven.shipstream.io/record"
+	// KindPendingTombstone is the kind label of a tombstone whose
+	// revocation has not been announced yet. Unlike announced tombstones
+	// (kind "tombstone") it is cached and watched, so its creation wakes the
+	// group controller, which announces it and relabels it.
+	KindPendingTombstone = "tombstone-pending"
 )
+
+// kindLabel is the kind label of rec.
+func kindLabel(rec *leases.Record) string {
+	if rec.Kind == leases.KindTombstone && rec.AnnouncePending {
+		return KindPendingTombstone
+	}
+	return string(rec.Kind)
+}
 
 // Encode writes rec into l: labels, the record annotation, the spec
 // projection for kubectl users, and the owner reference to group (replaced,
@@ -38,7 +51,7 @@ func Encode(l *coordinationv1.Lease, rec *leases.Record, group *v1.MysqlFailover
 	l.Labels[LabelManagedBy] = ManagedByValue
 	l.Labels[LabelDeployLease] = "true"
 	l.Labels[LabelGroup] = leases.GroupLabelValue(rec.Group)
-	l.Labels[LabelKind] = string(rec.Kind)
+	l.Labels[LabelKind] = kindLabel(rec)
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}

@@ -187,64 +187,139 @@ func (s *Store) Transition(ctx context.Context, group *v1.MysqlFailoverGroup, ki
 	return written, err
 }
 
-// Revoke ends operationID's leases in group for reason: first the
-// tombstone (so the revocation survives a crash right after), then the
-// migration mutex if the operation holds it, then its failover-hold. Every
-// record is re-read from the API server and re-checked before it is touched:
-// a topology_changed revocation ends only records granted under a generation
-// other than the group's current one, so a cache that lags a re-grant never
-// revokes a valid lease. Nothing is written, no tombstone either, unless a
-// live record qualifies. It returns the records it revoked.
-func (s *Store) Revoke(ctx context.Context, group *v1.MysqlFailoverGroup, operationID, reason string) ([]leases.Record, error) {
-	now := s.Clock.Now()
-	uid, gen := string(group.UID), group.Status.TopologyGeneration
-	qualifies := func(r *leases.Record) bool {
-		return r.Live(now) && r.BelongsTo(uid) && (reason != leases.ReasonTopologyChanged || r.Generation != gen)
-	}
-	var live []leases.Record
-	for _, kind := range []leases.Kind{leases.KindMigration, leases.KindFailoverHold} {
-		_, rec, err := s.GetOwn(ctx, group, kind, operationID, true)
-		if err != nil {
-			return nil, err
-		}
-		if rec != nil && qualifies(rec) {
-			live = append(live, *rec)
-		}
-	}
-	if len(live) == 0 {
-		return nil, nil
-	}
-	tomb := leases.NewTombstone(group.Name, uid, operationID, reason, gen, live, now)
-	if err := s.putTombstone(ctx, group, tomb); err != nil {
-		return nil, err
-	}
-	var revoked []leases.Record
-	for _, kind := range []leases.Kind{leases.KindMigration, leases.KindFailoverHold} {
-		rec, err := s.Transition(ctx, group, kind, operationID, func(cur *leases.Record) (leases.Record, bool) {
-			// The tombstone stands: end every non-terminal record of the
-			// operation, so nothing of it renews.
-			if cur.State == leases.StateRevoked || cur.State == leases.StateReleased || !cur.BelongsTo(uid) {
-				return leases.Record{}, false
+// Revocation is what Revoke wrote.
+type Revocation struct {
+	// Group is the group as Revoke read it, fresh.
+	Group *v1.MysqlFailoverGroup
+	// Tombstone is the operation's tombstone (written now or found); nil when
+	// nothing qualified.
+	Tombstone *Object
+	// Records are the operation's records Revoke rewrote as revoked.
+	Records []leases.Record
+}
+
+// Revoke ends operationID's leases in group for reason. It decides nothing
+// itself: it reads the group (its generation and last move) and the
+// operation's records from the API server, asks leases.Revoke what to write,
+// and writes it: first the tombstone (so the revocation survives a crash
+// right after), then each record with the resourceVersion it was read at. A
+// conflict reads everything again and asks again. So a revocation only ever
+// tombstones a lease whose generation is older than a freshly read one,
+// whatever view of the group the caller had; nothing is written when nothing
+// qualifies. The group passed in names the group; its status is not used.
+func (s *Store) Revoke(ctx context.Context, group *v1.MysqlFailoverGroup, operationID, reason string) (Revocation, error) {
+	var out Revocation
+	err := Optimistic(func(bool) error {
+		out = Revocation{}
+		fresh := &v1.MysqlFailoverGroup{}
+		if err := s.API.Get(ctx, client.ObjectKeyFromObject(group), fresh); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil // the group is gone, and its leases with it
 			}
-			return cur.Revoked(reason, now), true
-		})
-		if err != nil {
-			return revoked, fmt.Errorf("revoke %s lease of %s: %w", kind, operationID, err)
+			return fmt.Errorf("read group %s/%s for revocation: %w", group.Namespace, group.Name, err)
 		}
-		if rec != nil {
-			revoked = append(revoked, *rec)
+		out.Group = fresh
+		if fresh.UID != group.UID {
+			return nil // another incarnation: none of the old records counts for it
+		}
+		var objs []*Object
+		var recs []*leases.Record
+		for _, kind := range []leases.Kind{leases.KindMigration, leases.KindFailoverHold} {
+			obj, rec, err := s.GetOwn(ctx, fresh, kind, operationID, true)
+			if err != nil {
+				return err
+			}
+			if rec != nil {
+				objs, recs = append(objs, obj), append(recs, rec)
+			}
+		}
+		rev, ok := leases.Revoke(leases.RevocationInput{Group: fresh.Name, GroupUID: string(fresh.UID), OperationID: operationID,
+			Reason: reason, Move: MoveOf(fresh), Records: recs, Now: s.Clock.Now()})
+		if !ok {
+			return nil
+		}
+		tomb, err := s.putTombstone(ctx, fresh, rev.Tombstone)
+		if err != nil {
+			return err
+		}
+		out.Tombstone = tomb
+		for _, next := range rev.Next {
+			obj := objs[indexOf(recs, next.Kind)]
+			if _, err := s.Update(ctx, fresh, obj, next); err != nil {
+				return fmt.Errorf("revoke %s lease of %s: %w", next.Kind, operationID, err)
+			}
+			out.Records = append(out.Records, next)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func indexOf(recs []*leases.Record, kind leases.Kind) int {
+	for i, r := range recs {
+		if r.Kind == kind {
+			return i
 		}
 	}
-	return revoked, nil
+	return -1
+}
+
+// MoveOf is the group's last move, as the fence records it.
+func MoveOf(g *v1.MysqlFailoverGroup) leases.Move {
+	m := leases.Move{Generation: g.Status.TopologyGeneration}
+	if t := g.Status.TopologyGenerationTime; t != nil {
+		m.At = t.Time
+	}
+	return m
+}
+
+// Announce clears the tombstone's AnnouncePending with the resourceVersion
+// it was read at. It reports false when another writer changed it first (it
+// was announced by someone else, or the group was re-created): the caller
+// then announces nothing.
+func (s *Store) Announce(ctx context.Context, group *v1.MysqlFailoverGroup, tomb *Object) (bool, error) {
+	if !tomb.Record.AnnouncePending {
+		return false, nil
+	}
+	if _, err := s.Update(ctx, group, tomb, tomb.Record.Announced()); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+// PendingTombstones lists the group's tombstones whose revocation has not
+// been announced, from the cache (a lagging cache costs a conflict in
+// Announce, never a second announcement).
+func (s *Store) PendingTombstones(ctx context.Context, namespace, group string) ([]*Object, error) {
+	var list coordinationv1.LeaseList
+	if err := s.reader(false).List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{
+		LabelDeployLease: "true", LabelGroup: leases.GroupLabelValue(group), LabelKind: KindPendingTombstone}); err != nil {
+		return nil, fmt.Errorf("list pending tombstones of %s/%s: %w", namespace, group, err)
+	}
+	var out []*Object
+	for i := range list.Items {
+		rec, err := Decode(&list.Items[i])
+		if err != nil || rec.Group != group || rec.Kind != leases.KindTombstone || !rec.AnnouncePending {
+			continue
+		}
+		out = append(out, &Object{Lease: &list.Items[i], Record: rec})
+	}
+	return out, nil
 }
 
 // putTombstone creates the tombstone, replacing one left over from a deleted
-// group of the same name.
-func (s *Store) putTombstone(ctx context.Context, group *v1.MysqlFailoverGroup, tomb leases.Record) error {
+// group of the same name, and returns it; an existing tombstone of this
+// group stands (the operation is already revoked) and is returned as read.
+func (s *Store) putTombstone(ctx context.Context, group *v1.MysqlFailoverGroup, tomb leases.Record) (*Object, error) {
 	name := leases.TombstoneName(group.Name, tomb.OperationID)
-	return Optimistic(func(fresh bool) error {
+	var out *Object
+	err := Optimistic(func(fresh bool) error {
+		var err error
 		if !fresh {
-			_, err := s.Create(ctx, group, name, tomb)
+			out, err = s.Create(ctx, group, name, tomb)
 			return err
 		}
 		obj, err := s.Get(ctx, group.Namespace, name, true)
@@ -252,15 +327,17 @@ func (s *Store) putTombstone(ctx context.Context, group *v1.MysqlFailoverGroup, 
 			return err
 		}
 		if obj == nil {
-			_, err = s.Create(ctx, group, name, tomb)
+			out, err = s.Create(ctx, group, name, tomb)
 			return err
 		}
 		if obj.Record.BelongsTo(string(group.UID)) {
-			return nil // already revoked
+			out = obj // already revoked
+			return nil
 		}
-		_, err = s.Update(ctx, group, obj, tomb)
+		out, err = s.Update(ctx, group, obj, tomb)
 		return err
 	})
+	return out, err
 }
 
 // Delete deletes obj if it is unchanged since it was read.
@@ -298,8 +375,8 @@ func (s *Store) ListObjects(ctx context.Context, namespace, group string, fresh 
 	out := make([]*Object, 0, len(list.Items))
 	for i := range list.Items {
 		rec, err := Decode(&list.Items[i])
-		if err != nil || rec.Group != group {
-			continue // not ours to report
+		if err != nil || rec.Group != group || rec.Kind == leases.KindTombstone {
+			continue // not ours to report; pending tombstones are read by PendingTombstones
 		}
 		out = append(out, &Object{Lease: &list.Items[i], Record: rec})
 	}

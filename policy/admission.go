@@ -26,19 +26,27 @@ type AdmissionInput struct {
 	Now      time.Time
 	GroupUID string
 	Leases   []*leases.Record
-	// TargetReady tells whether the target site can be promoted;
-	// TargetReason says why not.
-	TargetReady  bool
+	// TargetReady tells whether the target site can be promoted and every
+	// other site can be fenced first (PlannedReady); TargetReason says why
+	// not, naming the site.
+	TargetReady bool
+	// TargetWait is PlannedReady's reason (WaitTargetNotReady,
+	// WaitSiteUnreachable), TargetReason its message.
+	TargetWait   string
 	TargetReason string
 }
 
 // Admission is the decision.
 type Admission struct {
 	Verdict AdmissionVerdict
-	// RetryTime, for DeferForHold: the earliest expiry among live holds.
+	// RetryTime, for DeferForHold: the earliest moment a live hold can stop
+	// deferring, the earlier of its own expiry and its mutex's
+	// (leases.DeferralEnd).
 	RetryTime time.Time
 	// Blocker is the live hold expiring first.
 	Blocker *leases.Record
+	// Reason, for WaitForTarget: PlannedReady's reason.
+	Reason  string
 	Message string
 	// Lapsed, for Admitted: holds whose record is still active although they
 	// no longer defer anything (expired, or their operation lost the
@@ -56,22 +64,28 @@ type Admission struct {
 // a deferral is reported even when the target is not ready either.
 func Admit(in AdmissionInput) Admission {
 	effective := leases.Effective(in.Leases, in.GroupUID, in.Now)
-	var first *leases.Record
+	var mig, first *leases.Record
+	for _, r := range effective {
+		if r.Kind == leases.KindMigration {
+			mig = r
+		}
+	}
+	var firstEnd time.Time
 	for _, r := range effective {
 		if r.Kind != leases.KindFailoverHold {
 			continue
 		}
-		if first == nil || r.ExpiresAt.Before(first.ExpiresAt) ||
-			(r.ExpiresAt.Equal(first.ExpiresAt) && r.OperationID < first.OperationID) {
-			first = r
+		end := leases.DeferralEnd(r, mig)
+		if first == nil || end.Before(firstEnd) || (end.Equal(firstEnd) && r.OperationID < first.OperationID) {
+			first, firstEnd = r, end
 		}
 	}
 	if first != nil {
-		return Admission{Verdict: DeferForHold, RetryTime: first.ExpiresAt, Blocker: first,
+		return Admission{Verdict: DeferForHold, RetryTime: firstEnd, Blocker: first,
 			Message: fmt.Sprintf("deferred by failover-hold of operation %s (instance %s)", first.OperationID, first.Instance)}
 	}
 	if !in.TargetReady {
-		return Admission{Verdict: WaitForTarget, Message: in.TargetReason}
+		return Admission{Verdict: WaitForTarget, Reason: in.TargetWait, Message: in.TargetReason}
 	}
 	var lapsed []*leases.Record
 	for _, r := range in.Leases {

@@ -14,8 +14,10 @@ type BookkeepingInput struct {
 	Now        time.Time
 	GroupUID   string
 	Generation int64
-	RevokeAll  bool
-	Leases     []*leases.Record
+	// MovedAt is when Generation was written (status.topologyGenerationTime).
+	MovedAt   time.Time
+	RevokeAll bool
+	Leases    []*leases.Record
 }
 
 // Bookkeeping is what the controller writes so the stored leases match
@@ -34,10 +36,11 @@ type Bookkeeping struct {
 	Foreign []*leases.Record
 }
 
-// DecideBookkeeping picks revocations, expiries and leftovers. With the
-// revoke annotation every operation with a live lease is revoked
-// (operator_revoked); otherwise every operation with a live lease granted
-// under another generation (topology_changed).
+// DecideBookkeeping picks revocations, expiries and leftovers. Every
+// operation with a record that held authority when the topology moved
+// (leases.FencedByMove: live at the move, however it ended since) is revoked,
+// topology_changed; with the revoke annotation, every operation with a live
+// lease too, and all of them operator_revoked.
 func DecideBookkeeping(in BookkeepingInput) Bookkeeping {
 	out := Bookkeeping{Reason: leases.ReasonTopologyChanged}
 	if in.RevokeAll {
@@ -48,7 +51,7 @@ func DecideBookkeeping(in BookkeepingInput) Bookkeeping {
 		switch {
 		case !r.BelongsTo(in.GroupUID):
 			out.Foreign = append(out.Foreign, r)
-		case r.Live(in.Now) && (in.RevokeAll || r.Generation != in.Generation):
+		case (in.RevokeAll && r.Live(in.Now)) || leases.FencedByMove(r, in.GroupUID, leases.Move{Generation: in.Generation, At: in.MovedAt}, in.Now):
 			revoke[r.OperationID] = true
 		}
 	}

@@ -30,10 +30,13 @@ const (
 	OutcomeHeld
 	// OutcomeRevoked: the operation was revoked (409).
 	OutcomeRevoked
-	// OutcomeRevokeStale: the live lease of RevokeOperation was granted under
-	// another topology generation; revoke it (topology_changed) and decide
-	// again.
+	// OutcomeRevokeStale: a lease of RevokeOperation held authority when the
+	// topology moved (leases.FencedByMove); revoke the operation
+	// (topology_changed) and decide again.
 	OutcomeRevokeStale
+	// OutcomeStaleView: a record is newer than the caller's view of the
+	// group; read the group again and decide again.
+	OutcomeStaleView
 	// OutcomeMigrationNotHeld: a failover-hold asked by someone who is not
 	// the live migration holder (403).
 	OutcomeMigrationNotHeld
@@ -62,15 +65,39 @@ type GroupView struct {
 	// UID of the group: records of another incarnation count for nothing.
 	UID        string
 	Generation int64
+	// MovedAt is when Generation was written (status.topologyGenerationTime).
+	MovedAt time.Time
 	// Transition: an active-site change is unconfirmed; no grant or renewal.
 	Transition bool
 	// Reservation: a planned operation is admitted; no failover-hold grant or
 	// renewal.
 	Reservation bool
+	// RevokePending: the revoke annotation is present; no grant until the
+	// controller has revoked every live lease and removed it.
+	RevokePending bool
 }
+
+// Move is the view's last move of the topology.
+func (g GroupView) Move() leases.Move { return leases.Move{Generation: g.Generation, At: g.MovedAt} }
 
 func (g GroupView) unstableFor(kind leases.Kind) bool {
 	return g.Transition || (kind == leases.KindFailoverHold && g.Reservation)
+}
+
+// unstableForGrant adds, for grants only, the revoke annotation.
+func (g GroupView) unstableForGrant(kind leases.Kind) bool {
+	return g.unstableFor(kind) || g.RevokePending
+}
+
+// newerThanView tells whether one of recs (of this incarnation) was written
+// under a generation the view has not seen: the view is stale.
+func newerThanView(g GroupView, recs ...*leases.Record) bool {
+	for _, r := range recs {
+		if r.BelongsTo(g.UID) && r.Generation > g.Generation {
+			return true
+		}
+	}
+	return false
 }
 
 // GrantOvertaken tells whether a grant written at generation must be
@@ -78,9 +105,10 @@ func (g GroupView) unstableFor(kind leases.Kind) bool {
 // past the grant (the lease was fenced before it existed), or the group
 // became unstable for its kind (a transition for any grant; a reservation
 // for a failover-hold, because the controller reads holds only after it has
-// written its reservation).
+// written its reservation; the revoke annotation for any grant, because the
+// controller lists leases only after the annotation is present).
 func GrantOvertaken(kind leases.Kind, generation int64, g GroupView) bool {
-	return g.Generation != generation || g.unstableFor(kind)
+	return g.Generation != generation || g.unstableForGrant(kind)
 }
 
 // GrantInput is what a POST decision needs.
@@ -102,10 +130,20 @@ type GrantInput struct {
 }
 
 // DecideGrant decides a POST. Failures are ordered 403, 409, 423: a request
-// is answered 423 only when it would otherwise have been granted.
+// is answered 423 only when it would otherwise have been granted. A record
+// that held authority when the topology moved is revoked first, whoever's it
+// is: a grant never overwrites the evidence that an operation was fenced.
 func DecideGrant(in GrantInput) Decision {
 	if in.Tombstone != nil {
 		return Decision{Outcome: OutcomeRevoked, Reason: in.Tombstone.Reason}
+	}
+	if newerThanView(in.Group, in.Migration, in.Hold) {
+		return Decision{Outcome: OutcomeStaleView}
+	}
+	for _, r := range []*leases.Record{in.Migration, in.Hold} {
+		if leases.FencedByMove(r, in.Group.UID, in.Group.Move(), in.Now) {
+			return Decision{Outcome: OutcomeRevokeStale, RevokeOperation: r.OperationID}
+		}
 	}
 	m := in.Migration
 	if !m.BelongsTo(in.Group.UID) {
@@ -119,9 +157,6 @@ func DecideGrant(in GrantInput) Decision {
 	if ownM && m.State == leases.StateRevoked {
 		return Decision{Outcome: OutcomeRevoked, Reason: m.Reason}
 	}
-	if m.Live(in.Now) && m.Generation != in.Group.Generation {
-		return Decision{Outcome: OutcomeRevokeStale, RevokeOperation: m.OperationID}
-	}
 	var d Decision
 	switch in.Kind {
 	case leases.KindMigration:
@@ -129,7 +164,7 @@ func DecideGrant(in GrantInput) Decision {
 	case leases.KindFailoverHold:
 		d = decideHoldGrant(in)
 	}
-	if isSuccess(d.Outcome) && in.Group.unstableFor(in.Kind) {
+	if isSuccess(d.Outcome) && in.Group.unstableForGrant(in.Kind) {
 		return Decision{Outcome: OutcomeUnstable}
 	}
 	return d
@@ -162,8 +197,6 @@ func decideHoldGrant(in GrantInput) Decision {
 		return Decision{Outcome: OutcomeRevoked, Reason: h.Reason}
 	case !h.Live(in.Now):
 		return Decision{Outcome: OutcomeTakeOver}
-	case h.Generation != in.Group.Generation:
-		return Decision{Outcome: OutcomeRevokeStale, RevokeOperation: in.OperationID}
 	default:
 		return Decision{Outcome: OutcomeRegrant}
 	}
@@ -207,8 +240,15 @@ type RenewInput struct {
 // DecideRenew decides a PUT: 409 for a revoked operation, 404 for an unknown
 // or ended lease (a failover-hold whose operation no longer holds the live
 // migration mutex included), 403 for a wrong token, then the fence, then 423.
+// A lease that ended after the move it was fenced by is revoked, not 404.
 func DecideRenew(in RenewInput) Decision {
 	r := in.Record
+	if newerThanView(in.Group, r, in.Migration) {
+		return Decision{Outcome: OutcomeStaleView}
+	}
+	if r != nil && r.State != leases.StateRevoked && !r.Live(in.Now) && leases.FencedByMove(r, in.Group.UID, in.Group.Move(), in.Now) {
+		return Decision{Outcome: OutcomeRevokeStale, RevokeOperation: in.OperationID}
+	}
 	switch {
 	case r == nil && in.Tombstone != nil:
 		return Decision{Outcome: OutcomeRevoked, Reason: in.Tombstone.Reason}
@@ -222,7 +262,7 @@ func DecideRenew(in RenewInput) Decision {
 		return Decision{Outcome: OutcomeNotFound}
 	case !leases.TokenMatches(in.Token, r.TokenHash):
 		return Decision{Outcome: OutcomeTokenMismatch}
-	case r.Generation != in.Group.Generation:
+	case r.Generation < in.Group.Generation:
 		return Decision{Outcome: OutcomeRevokeStale, RevokeOperation: in.OperationID}
 	case in.Group.unstableFor(in.Kind):
 		return Decision{Outcome: OutcomeUnstable}
@@ -231,13 +271,19 @@ func DecideRenew(in RenewInput) Decision {
 }
 
 // DecideRelease decides a DELETE: idempotent for anything not live, 403 for
-// a live lease without its token.
-func DecideRelease(record *leases.Record, token string, now time.Time) Decision {
+// a live lease without its token. A lease fenced by a move (live, or ended
+// after the move) is revoked instead of released: the answer is still 204,
+// and the revocation is recorded.
+func DecideRelease(record *leases.Record, token string, g GroupView, now time.Time) Decision {
 	switch {
+	case newerThanView(g, record):
+		return Decision{Outcome: OutcomeStaleView}
+	case record.Live(now) && !leases.TokenMatches(token, record.TokenHash):
+		return Decision{Outcome: OutcomeTokenMismatch}
+	case leases.FencedByMove(record, g.UID, g.Move(), now):
+		return Decision{Outcome: OutcomeRevokeStale, RevokeOperation: record.OperationID}
 	case !record.Live(now):
 		return Decision{Outcome: OutcomeNothingToRelease}
-	case !leases.TokenMatches(token, record.TokenHash):
-		return Decision{Outcome: OutcomeTokenMismatch}
 	}
 	return Decision{Outcome: OutcomeRelease}
 }

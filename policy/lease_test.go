@@ -171,7 +171,7 @@ func TestDecideRelease(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if d := DecideRelease(tc.record, tc.token, t0); d.Outcome != tc.want {
+			if d := DecideRelease(tc.record, tc.token, GroupView{UID: uid, Generation: 7}, t0); d.Outcome != tc.want {
 				t.Fatalf("outcome = %d, want %d", d.Outcome, tc.want)
 			}
 		})

@@ -219,6 +219,35 @@ func SiteReady(sites []topology.SiteState, site, active string) (bool, string) {
 	return false, fmt.Sprintf("target site %s is not a site of the group", site)
 }
 
+// Reasons a planned operation waits before admission.
+const (
+	WaitTargetNotReady  = "TargetNotReady"
+	WaitSiteUnreachable = "SiteUnreachable"
+)
+
+// PlannedReady tells whether a planned operation may move the primary from
+// active to target now: the target is SiteReady, and every other site of the
+// group is reachable, so it can be fenced read-only and confirmed before the
+// transition is written. A planned path never skips a site it cannot reach:
+// that site may still be writable for its own clients. When not ready it
+// returns the reason (WaitTargetNotReady, WaitSiteUnreachable) and a message
+// naming the site. Only the emergency path, after its detection budget,
+// promotes past an unreachable site.
+func PlannedReady(sites []topology.SiteState, target, active string) (ok bool, reason, message string) {
+	if ok, why := SiteReady(sites, target, active); !ok {
+		if s := findSite(sites, target); s != nil && !s.Reachable {
+			return false, WaitSiteUnreachable, why
+		}
+		return false, WaitTargetNotReady, why
+	}
+	for _, s := range sites {
+		if s.Name != target && !s.Reachable {
+			return false, WaitSiteUnreachable, fmt.Sprintf("site %s is unreachable: a planned operation fences every other site read-only before it promotes %s, and waits until it can", s.Name, target)
+		}
+	}
+	return true, "", ""
+}
+
 // ConditionValue is one computed condition.
 type ConditionValue struct {
 	Type    string

@@ -4,10 +4,14 @@
 // policy); a Driver only acts and reports.
 //
 // Guarantees a Driver must give: Probe has no side effects; Promote, Fence,
-// UpdateSite and RestoreSite are idempotent (the controller repeats a step
-// after a crash or a conflict); Promote(site, generation) leaves site
-// writable and every other reachable site read-only and replicating from it,
-// and records the generation where the data plane can check it.
+// FenceOthers, UpdateSite and RestoreSite are idempotent (the controller
+// repeats a step after a crash or a conflict); Promote(site, generation)
+// leaves site writable and every other reachable site read-only and
+// replicating from it, and records the generation where the data plane can
+// check it; FenceOthers(target) returns nil only once every other site
+// answered read-only and target applied what they wrote, and skips no site.
+// A planned promotion is Promote after a successful FenceOthers: a site that
+// drops out between the two was confirmed read-only already.
 //
 // Not guaranteed by this package: that a site reported unreachable is dead.
 // The controller waits the group's detection budget before an emergency
@@ -20,6 +24,7 @@ package topology
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
@@ -43,6 +48,13 @@ type Driver interface {
 	Promote(ctx context.Context, g *v1.MysqlFailoverGroup, site string, generation int64, planned bool) error
 	// Fence makes site read-only.
 	Fence(ctx context.Context, g *v1.MysqlFailoverGroup, site string) error
+	// FenceOthers prepares a planned promotion of target: it makes every
+	// other site of g read-only, confirms each by reading it back, and waits
+	// until target has applied what each of them wrote. It skips no site: a
+	// site it cannot reach or confirm is an *UnreachableError naming it, and
+	// the caller must not promote. Sites fenced before the failure stay
+	// fenced; the caller reopens the active site if it wants it back.
+	FenceOthers(ctx context.Context, g *v1.MysqlFailoverGroup, target string) error
 	// UpdateSite applies revision to site (ordered update).
 	UpdateSite(ctx context.Context, g *v1.MysqlFailoverGroup, site, revision string) error
 	// RestoreSite restores site's data in place for request id.
@@ -55,6 +67,19 @@ type Driver interface {
 type Rejoiner interface {
 	Rejoin(ctx context.Context, g *v1.MysqlFailoverGroup, site, primary string) error
 }
+
+// UnreachableError says which site a planned step could not reach or
+// confirm.
+type UnreachableError struct {
+	Site string
+	Err  error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("site %s could not be fenced and confirmed read-only: %v", e.Site, e.Err)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
 
 // ErrNoDriver is returned by the stand-in used when no driver is configured.
 var ErrNoDriver = errors.New("no topology driver configured")
@@ -80,6 +105,9 @@ func (None) Promote(context.Context, *v1.MysqlFailoverGroup, string, int64, bool
 
 // Fence fails.
 func (None) Fence(context.Context, *v1.MysqlFailoverGroup, string) error { return ErrNoDriver }
+
+// FenceOthers fails.
+func (None) FenceOthers(context.Context, *v1.MysqlFailoverGroup, string) error { return ErrNoDriver }
 
 // UpdateSite fails.
 func (None) UpdateSite(context.Context, *v1.MysqlFailoverGroup, string, string) error {

@@ -294,6 +294,15 @@ type MysqlFailoverGroupStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	TopologyGeneration int64 `json:"topologyGeneration,omitempty"`
 
+	// TopologyGenerationTime is when the operator wrote the current
+	// topologyGeneration: the moment the topology moved. A deployment lease
+	// granted under an older generation that was still live at this time is
+	// revoked (topology_changed), however it ended afterwards; one released
+	// or expired before it is not. Absent for a group whose last move
+	// predates this field.
+	// +optional
+	TopologyGenerationTime *metav1.MicroTime `json:"topologyGenerationTime,omitempty"`
+
 	// Transition is present while an active-site change is unconfirmed.
 	// +optional
 	Transition *TopologyTransition `json:"transition,omitempty"`

@@ -17,6 +17,7 @@ type site struct {
 	lag                              float64
 	revision, restoredID             string
 	generation                       int64
+	updateErr                        error
 }
 
 // Driver is a simulated data plane keyed by namespace/group/site.
@@ -143,9 +144,44 @@ func (d *Driver) Fence(_ context.Context, g *v1.MysqlFailoverGroup, name string)
 	return d.act(g, name, "fence "+name, func(s *site) error { s.writable = false; return nil })
 }
 
+// FenceOthers fences every site but target, failing with an
+// *topology.UnreachableError for the first one that is unreachable (or
+// unknown); target must be reachable too.
+func (d *Driver) FenceOthers(_ context.Context, g *v1.MysqlFailoverGroup, target string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if t, ok := d.sites[key(g, target)]; !ok || !t.reachable {
+		return &topology.UnreachableError{Site: target, Err: fmt.Errorf("simulated site unreachable")}
+	}
+	for _, sp := range g.Spec.Sites {
+		if sp.Name == target {
+			continue
+		}
+		s, ok := d.sites[key(g, sp.Name)]
+		if !ok || !s.reachable {
+			return &topology.UnreachableError{Site: sp.Name, Err: fmt.Errorf("simulated site unreachable")}
+		}
+		s.writable = false
+	}
+	d.Calls = append(d.Calls, "fence-others "+target)
+	return nil
+}
+
+// FailUpdates makes every UpdateSite of a site fail with err (nil: succeed
+// again), as a rollout that does not come up would.
+func (d *Driver) FailUpdates(g *v1.MysqlFailoverGroup, name string, err error) {
+	d.with(g, name, func(s *site) { s.updateErr = err })
+}
+
 // UpdateSite records the revision.
 func (d *Driver) UpdateSite(_ context.Context, g *v1.MysqlFailoverGroup, name, revision string) error {
-	return d.act(g, name, "update "+name+" "+revision, func(s *site) error { s.revision = revision; return nil })
+	return d.act(g, name, "update "+name+" "+revision, func(s *site) error {
+		if s.updateErr != nil {
+			return s.updateErr
+		}
+		s.revision = revision
+		return nil
+	})
 }
 
 // RestoreSite records the restore.

@@ -324,6 +324,72 @@ func (s *site) waitFor(ctx context.Context, gtid string, timeout time.Duration) 
 	return nil
 }
 
+// fenceTimeout bounds each site's part of FenceOthers: a paused or
+// black-holed server answers nothing, and the planned path must give up on
+// it rather than wait.
+const fenceTimeout = 5 * time.Second
+
+// FenceOthers makes every site of g but target read-only, confirms each by
+// reading @@read_only back, reads its GTID position, and waits until target
+// has applied it. A site without a host, or one that cannot be reached,
+// fenced or confirmed within fenceTimeout, fails it with an
+// *topology.UnreachableError naming the site: a planned promotion never
+// skips a site that may still be writable.
+func (d *Driver) FenceOthers(ctx context.Context, g *v1.MysqlFailoverGroup, target string) error {
+	tspec, err := siteSpec(g, target)
+	if err != nil {
+		return err
+	}
+	tctx, cancel := context.WithTimeout(ctx, fenceTimeout)
+	t, err := d.open(tctx, g, tspec)
+	cancel()
+	if err != nil {
+		return &topology.UnreachableError{Site: target, Err: err}
+	}
+	for _, sp := range g.Spec.Sites {
+		if sp.Name == target {
+			continue
+		}
+		gtid, err := d.fenceAndConfirm(ctx, g, sp)
+		if err != nil {
+			return &topology.UnreachableError{Site: sp.Name, Err: err}
+		}
+		if err := t.waitFor(ctx, gtid, d.waitTimeout()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fenceAndConfirm makes one site read-only, reads it back, and returns its
+// GTID position once it is confirmed read-only.
+func (d *Driver) fenceAndConfirm(ctx context.Context, g *v1.MysqlFailoverGroup, sp v1.Site) (string, error) {
+	if sp.Host == "" {
+		return "", fmt.Errorf("site %s has no host", sp.Name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, fenceTimeout)
+	defer cancel()
+	o, err := d.open(ctx, g, sp)
+	if err != nil {
+		return "", err
+	}
+	if err := o.exec(ctx, o.d.readOnlyOn...); err != nil {
+		return "", err
+	}
+	var ro, sro int
+	if err := o.db.QueryRowContext(ctx, o.d.readOnlyQuery).Scan(&ro, &sro); err != nil {
+		return "", fmt.Errorf("site %s: confirm read-only: %w", sp.Name, err)
+	}
+	if ro == 0 {
+		return "", fmt.Errorf("site %s still answers read_only=0 after it was fenced", sp.Name)
+	}
+	var gtid string
+	if err := o.db.QueryRowContext(ctx, o.d.gtidExecuted).Scan(&gtid); err != nil {
+		return "", fmt.Errorf("site %s: read GTID position: %w", sp.Name, err)
+	}
+	return gtid, nil
+}
+
 // Fence makes site read-only.
 func (d *Driver) Fence(ctx context.Context, g *v1.MysqlFailoverGroup, name string) error {
 	sp, err := siteSpec(g, name)
