@@ -303,6 +303,12 @@ func leaseDecisionChanged() predicate.Predicate {
 			}
 			return n.Kind == leases.KindFailoverHold && !o.ExpiresAt.Equal(n.ExpiresAt)
 		},
+		// A pending tombstone leaves the cache when it is announced (its kind
+		// label becomes "tombstone"); that changes no decision. Its creation
+		// passes: it is what wakes the controller to announce it.
+		DeleteFunc: func(e event.DeleteEvent) bool {
+			return e.Object.GetLabels()[leasestore.LabelKind] != leasestore.KindPendingTombstone
+		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
 }

@@ -49,15 +49,14 @@ func (s *Server) renew(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 			}
 		}
 		now := s.clock.Now()
-		d := policy.DecideRenew(policy.RenewInput{Kind: c.kind, OperationID: c.operationID, Token: c.token, Group: groupView(g),
-			Record: own, Migration: mig, Tombstone: tomb, Now: now})
+		d := policy.DecideRenew(policy.RenewInput{Kind: c.kind, OperationID: c.operationID, Token: c.token, TTLSeconds: c.ttl.ptr(),
+			Group: groupView(g), Record: own, Migration: mig, Tombstone: tomb, Now: now})
 		switch d.Outcome {
 		case policy.OutcomeRenew:
-			next := own.Renewed(policy.ClampTTL(c.ttl.ptr(), own.TTLSeconds), now)
-			if _, err := s.leases.Update(ctx, g, obj, next); err != nil {
+			if _, err := s.leases.Update(ctx, g, obj, *d.Next); err != nil {
 				return err
 			}
-			res.status, res.body = http.StatusOK, bodyOf(&next)
+			res.status, res.body = http.StatusOK, bodyOf(d.Next)
 			return nil
 		case policy.OutcomeStaleView:
 			if g, err = s.rereadGroup(ctx, g); err != nil {
@@ -140,7 +139,7 @@ func (s *Server) release(r *http.Request, c *call, g *v1.MysqlFailoverGroup) res
 					return err
 				}
 			}
-			_, err := s.leases.Update(ctx, g, obj, own.Released(now))
+			_, err := s.leases.Update(ctx, g, obj, *d.Next)
 			return err
 		}
 		if confirmedOnly(d.Outcome) && !fresh {

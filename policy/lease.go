@@ -58,6 +58,9 @@ type Decision struct {
 	RevokeOperation string
 	// Reason of the revocation, for OutcomeRevoked.
 	Reason string
+	// Next is the record to write, for OutcomeRenew and OutcomeRelease: the
+	// decision says what the lease becomes, the caller only writes it.
+	Next *leases.Record
 }
 
 // GroupView is what lease decisions need of the group, read fresh.
@@ -224,6 +227,9 @@ type RenewInput struct {
 	Kind        leases.Kind
 	OperationID string
 	Token       string
+	// TTLSeconds is the caller's ttlSeconds, nil when omitted (the lease
+	// keeps its ttl).
+	TTLSeconds *int64
 	Group       GroupView
 	// Record is the operation's record of Kind, nil when the object does not
 	// exist, records another operation, or belongs to another incarnation of
@@ -267,7 +273,8 @@ func DecideRenew(in RenewInput) Decision {
 	case in.Group.unstableFor(in.Kind):
 		return Decision{Outcome: OutcomeUnstable}
 	}
-	return Decision{Outcome: OutcomeRenew}
+	next := r.Renewed(ClampTTL(in.TTLSeconds, r.TTLSeconds), in.Now)
+	return Decision{Outcome: OutcomeRenew, Next: &next}
 }
 
 // DecideRelease decides a DELETE: idempotent for anything not live, 403 for
@@ -285,5 +292,6 @@ func DecideRelease(record *leases.Record, token string, g GroupView, now time.Ti
 	case !record.Live(now):
 		return Decision{Outcome: OutcomeNothingToRelease}
 	}
-	return Decision{Outcome: OutcomeRelease}
+	next := record.Released(now)
+	return Decision{Outcome: OutcomeRelease, Next: &next}
 }
