@@ -24,9 +24,16 @@
 // group's UID, so a group re-created under the same name honours none of
 // the old records.
 //
+// A tombstone is written pending announcement (kind label
+// KindPendingTombstone, so it is cached and watched); the controller
+// announces it once with Announce, a compare-and-swap that relabels it
+// "tombstone", which drops it from the cache.
+//
 // Guarantees: every write carries the resourceVersion it decided on;
 // Optimistic is the one retry loop (at most MaxAttempts attempts, fresh
-// reads after the first); Revoke re-reads and re-checks every record before
-// it ends it. Not guaranteed: that a cached read is current — callers
+// reads after the first); Revoke decides nothing: it re-reads the group and
+// the operation's records from the API server and writes what leases.Revoke
+// decides on them, so a revocation only tombstones leases of a generation
+// older than a fresh read of the group's. Not guaranteed: that a cached read is current — callers
 // confirm a refusal with a fresh read, and a stale success costs a Conflict.
 package leasestore
