@@ -95,6 +95,9 @@ type mutexClient struct {
 	h      *history
 	unexp  func(string)
 	grants atomic.Int64 // read by the test while the client runs
+	// renewals per operation (default 3) and the pause before each.
+	renewals   int
+	renewPause time.Duration
 }
 
 // do sends one request and records it; ok is false when the answer says
@@ -147,6 +150,10 @@ func (m *mutexClient) do(in mutexInput) mutexOutput {
 		out = mutexOutput{outcome: "not_found"}
 	case st == http.StatusForbidden && code == "token_mismatch":
 		out = mutexOutput{outcome: "token_mismatch"}
+	case st == http.StatusConflict && code == "revoked":
+		out = mutexOutput{outcome: "revoked"}
+	case st == http.StatusLocked && code == "unstable":
+		out = mutexOutput{outcome: "unstable"}
 	default:
 		m.unexp(fmt.Sprintf("%s %s: %d %v", in.verb, in.op, st, resp))
 		return mutexOutput{outcome: "not_leader"}
@@ -172,22 +179,39 @@ func (m *mutexClient) run(ctx context.Context) {
 	}
 	for n := 0; ctx.Err() == nil; n++ {
 		op := fmt.Sprintf("c%d-%d", m.id, n)
-		token := ""
+		token, revoked := "", false
 		for ctx.Err() == nil {
 			out := m.do(mutexInput{verb: "grant", op: op})
 			if out.outcome == "ok" {
 				token = out.token
 				break
 			}
-			pause(out) // held, unknown or no leader: ask again for the same operation
+			if out.outcome == "revoked" { // terminal: a move revoked an earlier attempt's grant
+				revoked = true
+				break
+			}
+			pause(out) // held, unstable, unknown or no leader: ask again for the same operation
+		}
+		if revoked {
+			continue
 		}
 		if token == "" {
 			return
 		}
-		for k := 0; k < 3 && ctx.Err() == nil; k++ {
+		renewals := m.renewals
+		if renewals == 0 {
+			renewals = 3
+		}
+		for k := 0; k < renewals && ctx.Err() == nil; k++ {
+			if m.renewPause > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(m.renewPause):
+				}
+			}
 			out := m.do(mutexInput{verb: "renew", op: op, token: token})
-			if out.outcome != "ok" && out.outcome != "unknown" && out.outcome != "not_leader" {
-				break
+			if out.outcome != "ok" && out.outcome != "unknown" && out.outcome != "not_leader" && out.outcome != "unstable" {
+				break // revoked, not found, token mismatch: authority is gone
 			}
 			if out.outcome != "ok" {
 				pause(out)
@@ -220,7 +244,7 @@ type mutexRun struct {
 	unexp   []string
 }
 
-func startMutexClients(t *testing.T, p *devenv.Playground, cfg devenv.Config) *mutexRun {
+func startMutexClients(t *testing.T, p *devenv.Playground, cfg devenv.Config, opts ...func(*mutexClient)) *mutexRun {
 	t.Helper()
 	r := &mutexRun{h: &history{answers: map[string]int{}}}
 	c := deployClient(t, p)
@@ -231,6 +255,9 @@ func startMutexClients(t *testing.T, p *devenv.Playground, cfg devenv.Config) *m
 	r.clients = make([]*mutexClient, 4)
 	for i := range r.clients {
 		r.clients[i] = &mutexClient{t: t, id: i, c: c, api: groupAPI(cfg.TLSAddr), h: r.h, unexp: unexp}
+		for _, o := range opts {
+			o(r.clients[i])
+		}
 		r.wg.Add(1)
 		go func() { defer r.wg.Done(); r.clients[i].run(ctx) }()
 	}

@@ -2,92 +2,129 @@ package e2e
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/anishathalye/porcupine"
 )
 
-// The sequential model of the migration mutex, as DESIGN §3 states it, for
-// one group and leases that do not expire within a history (ttl 120 s):
-// one holder at a time; a grant to the holder's own operation re-grants and
-// rotates the token; only the current token renews or releases.
+// The sequential model of the migration mutex, as DESIGN §3 and §5 state
+// it, for one group and leases that do not expire within a history (ttl
+// 120 s): one holder at a time; a grant to the holder's own operation
+// re-grants and rotates the token; only the current token renews or
+// releases. A move of the topology (a planned failover completing: the
+// generation +1) revokes the holder at once: from then on its renewal and
+// its re-grant answer 409 revoked, and no operation holds the mutex across
+// the bump.
 
 type mutexState struct {
 	holder, token string
+	gen           int64
+	// revoked lists the operations a move revoked, as "|a|b|" (a string
+	// keeps the state comparable).
+	revoked string
 }
 
+func (s mutexState) isRevoked(op string) bool { return strings.Contains(s.revoked, "|"+op+"|") }
+
 type mutexInput struct {
-	verb  string // grant, renew, release
+	verb  string // grant, renew, release, move
 	op    string
 	token string // renew, release: the token the client sent
 }
 
 type mutexOutput struct {
 	// outcome: ok (200/201/204), held (409 held), not_found (404),
-	// token_mismatch (403), unknown (no answer, or an answer that does
-	// not say whether the request took effect).
+	// token_mismatch (403), revoked (409 revoked), unstable (423: nothing
+	// written), unknown (no answer, or an answer that does not say whether
+	// the request took effect).
 	outcome string
 	token   string // a grant's new token
 	holder  string // 409 held: the holder's operation
+	gen     int64  // move: the generation it wrote
 	// status and answeredAt, for unknown: the 5xx that came back and when
 	// (status 0: no answer at all).
 	status     int
 	answeredAt int64
 }
 
-// mutexModel is nondeterministic: a request without a verdict ("unknown":
-// a 5xx, or no answer) may or may not have taken effect, so it steps to
-// both states. (porcupine turns it into a deterministic model over sets of
-// states.)
-var mutexModel = (&porcupine.NondeterministicModel{
-	Init: func() []any { return []any{mutexState{}} },
-	Step: func(state, input, output any) []any {
-		s, in, out := state.(mutexState), input.(mutexInput), output.(mutexOutput)
-		mine := s.holder == in.op
-		switch in.verb {
-		case "grant":
-			free := s.holder == "" || mine
-			switch {
-			case out.outcome == "ok" && free:
-				return []any{mutexState{holder: in.op, token: out.token}}
-			case out.outcome == "held" && !free && out.holder == s.holder:
-				return []any{s}
-			case out.outcome == "unknown" && free:
-				// Its token was never seen by anyone, so all such tokens of
-				// one operation are alike: one state for them keeps the
-				// checker's search small.
-				return []any{s, mutexState{holder: in.op, token: "unseen token of " + in.op}}
-			case out.outcome == "unknown":
-				return []any{s}
+// newMutexModel is the model for a group at generation gen. It is
+// nondeterministic: a request without a verdict ("unknown": a 5xx, or no
+// answer) may or may not have taken effect, so it steps to both states.
+// (porcupine turns it into a deterministic model over sets of states.)
+func newMutexModel(gen int64) porcupine.Model {
+	return (&porcupine.NondeterministicModel{
+		Init: func() []any { return []any{mutexState{gen: gen, revoked: "|"}} },
+		Step: func(state, input, output any) []any {
+			s, in, out := state.(mutexState), input.(mutexInput), output.(mutexOutput)
+			mine := s.holder == in.op
+			if out.outcome == "unstable" && in.verb != "move" {
+				return []any{s} // 423: nothing written
 			}
-		case "renew":
-			switch {
-			case out.outcome == "ok" && mine && in.token == s.token,
-				out.outcome == "not_found" && !mine,
-				out.outcome == "token_mismatch" && mine && in.token != s.token,
-				out.outcome == "unknown":
-				return []any{s}
+			switch in.verb {
+			case "move":
+				if out.gen != s.gen+1 {
+					return nil
+				}
+				next := mutexState{gen: out.gen, revoked: s.revoked}
+				if s.holder != "" {
+					next.revoked += s.holder + "|"
+				}
+				return []any{next}
+			case "grant":
+				free := (s.holder == "" || mine) && !s.isRevoked(in.op)
+				switch {
+				case out.outcome == "revoked" && s.isRevoked(in.op):
+					return []any{s}
+				case out.outcome == "ok" && free:
+					return []any{mutexState{holder: in.op, token: out.token, gen: s.gen, revoked: s.revoked}}
+				case out.outcome == "held" && !mine && s.holder != "" && out.holder == s.holder && !s.isRevoked(in.op):
+					return []any{s}
+				case out.outcome == "unknown" && free:
+					// Its token was never seen by anyone, so all such tokens of
+					// one operation are alike: one state for them keeps the
+					// checker's search small.
+					return []any{s, mutexState{holder: in.op, token: "unseen token of " + in.op, gen: s.gen, revoked: s.revoked}}
+				case out.outcome == "unknown":
+					return []any{s}
+				}
+			case "renew":
+				switch {
+				case out.outcome == "ok" && mine && in.token == s.token,
+					out.outcome == "revoked" && s.isRevoked(in.op),
+					out.outcome == "not_found" && !mine && !s.isRevoked(in.op),
+					out.outcome == "token_mismatch" && mine && in.token != s.token,
+					out.outcome == "unknown":
+					return []any{s}
+				}
+			case "release":
+				switch {
+				case out.outcome == "ok" && mine && in.token == s.token:
+					return []any{mutexState{gen: s.gen, revoked: s.revoked}}
+				case out.outcome == "ok" && !mine,
+					out.outcome == "token_mismatch" && mine && in.token != s.token:
+					return []any{s}
+				case out.outcome == "unknown" && mine && in.token == s.token:
+					return []any{s, mutexState{gen: s.gen, revoked: s.revoked}}
+				case out.outcome == "unknown":
+					return []any{s}
+				}
 			}
-		case "release":
-			switch {
-			case out.outcome == "ok" && mine && in.token == s.token:
-				return []any{mutexState{}}
-			case out.outcome == "ok" && !mine,
-				out.outcome == "token_mismatch" && mine && in.token != s.token:
-				return []any{s}
-			case out.outcome == "unknown" && mine && in.token == s.token:
-				return []any{s, mutexState{}}
-			case out.outcome == "unknown":
-				return []any{s}
+			return nil
+		},
+		DescribeOperation: func(input, output any) string {
+			in, out := input.(mutexInput), output.(mutexOutput)
+			if in.verb == "move" {
+				return fmt.Sprintf("move -> generation %d", out.gen)
 			}
-		}
-		return nil
-	},
-	DescribeOperation: func(input, output any) string {
-		in, out := input.(mutexInput), output.(mutexOutput)
-		return fmt.Sprintf("%s(%s) -> %s", in.verb, in.op, out.outcome)
-	},
-}).ToModel()
+			return fmt.Sprintf("%s(%s) -> %s", in.verb, in.op, out.outcome)
+		},
+	}).ToModel()
+}
+
+// mutexModel is the model for the playground's group, bootstrapped at
+// generation 1.
+var mutexModel = newMutexModel(1)
 
 // The model itself: it accepts what the contract allows and rejects two
 // holders and a rotated-out token that still renews.
@@ -144,6 +181,33 @@ func TestMutexModel(t *testing.T) {
 			op(0, 2, 3, mutexInput{verb: "release", op: "a", token: "t1"}, mutexOutput{outcome: "unknown", status: 503}),
 			op(1, 4, 5, mutexInput{verb: "grant", op: "b"}, mutexOutput{outcome: "ok", token: "t2"}),
 			op(0, 6, 7, mutexInput{verb: "renew", op: "a", token: "t1"}, mutexOutput{outcome: "ok"}),
+		}, false},
+		"a move revokes the holder: its renewal and its re-grant answer revoked, another operation may take the mutex": {[]porcupine.Operation{
+			op(0, 0, 1, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t1"}),
+			op(2, 2, 3, mutexInput{verb: "move"}, mutexOutput{outcome: "ok", gen: 2}),
+			op(0, 4, 5, mutexInput{verb: "renew", op: "a", token: "t1"}, mutexOutput{outcome: "revoked"}),
+			op(0, 6, 7, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "revoked"}),
+			op(1, 8, 9, mutexInput{verb: "grant", op: "b"}, mutexOutput{outcome: "ok", token: "t2"}),
+		}, true},
+		"a holder renews across the move": {[]porcupine.Operation{
+			op(0, 0, 1, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t1"}),
+			op(2, 2, 3, mutexInput{verb: "move"}, mutexOutput{outcome: "ok", gen: 2}),
+			op(0, 4, 5, mutexInput{verb: "renew", op: "a", token: "t1"}, mutexOutput{outcome: "ok"}),
+		}, false},
+		"a revoked operation is granted again after the move": {[]porcupine.Operation{
+			op(0, 0, 1, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t1"}),
+			op(2, 2, 3, mutexInput{verb: "move"}, mutexOutput{outcome: "ok", gen: 2}),
+			op(0, 4, 5, mutexInput{verb: "release", op: "a", token: "t1"}, mutexOutput{outcome: "ok"}),
+			op(0, 6, 7, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t3"}),
+		}, false},
+		"an operation released before the move is not revoked by it": {[]porcupine.Operation{
+			op(0, 0, 1, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t1"}),
+			op(0, 2, 3, mutexInput{verb: "release", op: "a", token: "t1"}, mutexOutput{outcome: "ok"}),
+			op(2, 4, 5, mutexInput{verb: "move"}, mutexOutput{outcome: "ok", gen: 2}),
+			op(0, 6, 7, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t3"}),
+		}, true},
+		"a move that skips a generation": {[]porcupine.Operation{
+			op(2, 0, 1, mutexInput{verb: "move"}, mutexOutput{outcome: "ok", gen: 3}),
 		}, false},
 		"held names the wrong holder": {[]porcupine.Operation{
 			op(0, 0, 1, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t1"}),
