@@ -84,6 +84,16 @@ func errRevoked(reason string, generation int64) *apiError {
 		fields: map[string]any{"reason": reason, "topologyGeneration": generation}}
 }
 
+// errRevocationNotWritten answers a request whose lease must be revoked
+// when the revocation cannot be written (the API server, or an admission
+// policy, refused it): 503, retry. Never a release in its place.
+func errRevocationNotWritten(cause error) *apiError {
+	if ae := errFromKube(cause); ae.status == http.StatusServiceUnavailable {
+		return ae
+	}
+	return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, retryAfter: 1, cause: cause}
+}
+
 // errFromKube maps a failed API-server call: 503 unavailable with
 // Retry-After when the API server failed us (apiServerFailed), 500
 // internal for anything else.

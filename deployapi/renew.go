@@ -123,7 +123,7 @@ func (s *Server) release(r *http.Request, c *call, g *v1.MysqlFailoverGroup) res
 			// release: the record stays for the controller to revoke.
 			rev, err := s.leases.Revoke(ctx, g, d.RevokeOperation, leases.ReasonTopologyChanged)
 			if err != nil {
-				return err
+				return errRevocationNotWritten(err)
 			}
 			if rev.Tombstone != nil {
 				return nil

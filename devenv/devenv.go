@@ -53,10 +53,10 @@ type Config struct {
 	// SitePorts are the ports the group's spec names for iad and pdx;
 	// default MySQLPorts. A test sets them to fault proxies
 	// (internal/faultproxy) in front of the MariaDB servers, which it must
-	// start before Up; the servers' own replication set up by Up stays
-	// direct. After a promotion the topology driver re-points replication
-	// at the spec's addresses, so from then on replication goes through
-	// the proxies too, as it would through the network they simulate.
+	// start before Up. The topology driver points replication at the
+	// spec's addresses at every promotion, bootstrap included, so
+	// replication goes through the proxies too, as it would through the
+	// network they simulate: a refused primary also stops its replicas.
 	SitePorts [2]int
 	// Log receives progress lines; default io.Discard.
 	Log io.Writer

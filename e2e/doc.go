@@ -24,6 +24,16 @@
 //   - emergency failover of real MariaDB, also while every deployment-Lease
 //     update is denied, and during `bloodraven deploy run` (exit 5,
 //     DeploymentLeaseRevoked);
+//   - partial failure of the primary (iad) behind a fault proxy
+//     (internal/faultproxy) or paused with SIGSTOP: a planned failover
+//     requested while iad is paused, black-holed or refusing connections
+//     waits in Admitting/SiteUnreachable naming iad, writes no transition
+//     and opens no site, then completes once iad is back, with no sample
+//     of two writable sites (e2etest.ReadOnlySampler) from the request to
+//     the completion; and with a 5 s detection budget the emergency path
+//     promotes pdx past such a pending planned failover (black-holed and
+//     paused iad), fences the returning iad within about one probe
+//     interval, and the planned failover ends AlreadyActive;
 //   - hostile input over the wire: a table of malformed, oversized,
 //     wrong-method, wrong-content-type, traversal and header-bomb requests,
 //     a slow body, 1,000 idle TLS connections and TLS 1.0/1.1 handshakes;
@@ -36,6 +46,8 @@
 // so they run beside a developer's own `make dev`; a test binary that
 // panics takes its control plane, sites and operators with it.
 //
-// Not covered: a network partition between the operator and the sites
-// (the sites run on loopback), and more than one node.
+// Not covered: a real network partition between the operator and the
+// sites (the sites run on loopback; the fault proxies simulate one between
+// the operator and a site, while the sites' own replication stays direct
+// until a promotion re-points it at the proxies), and more than one node.
 package e2e

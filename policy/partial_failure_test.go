@@ -25,6 +25,10 @@ func TestPlannedReadySkipsNoSite(t *testing.T) {
 		"a third site unreachable":    {sites: []topology.SiteState{up("iad", false), up("pdx", true), down("sfo")}, wantReason: WaitSiteUnreachable, wantSite: "site sfo"},
 		"the target unreachable":      {sites: []topology.SiteState{up("iad", false), down("pdx")}, wantReason: WaitSiteUnreachable, wantSite: "site pdx"},
 		"the target not replicating":  {sites: []topology.SiteState{up("iad", false), up("pdx", false)}, wantReason: WaitTargetNotReady, wantSite: "site pdx"},
+		// Seen end to end: a refused primary also stops the target's
+		// replication; the operation waits for the primary, and says so.
+		"the active site unreachable and the target not replicating from it": {sites: []topology.SiteState{down("iad"), up("pdx", false)},
+			wantReason: WaitSiteUnreachable, wantSite: "site iad"},
 	}
 	for name, tc := range tests {
 		ok, reason, msg := PlannedReady(tc.sites, "pdx", "iad")

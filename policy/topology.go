@@ -234,16 +234,19 @@ const (
 // naming the site. Only the emergency path, after its detection budget,
 // promotes past an unreachable site.
 func PlannedReady(sites []topology.SiteState, target, active string) (ok bool, reason, message string) {
+	// An unreachable site comes first: it is what the operation waits for,
+	// and it often explains the rest (a target that replicates from an
+	// unreachable primary stops replicating).
+	for _, s := range sites {
+		if s.Name != target && !s.Reachable {
+			return false, WaitSiteUnreachable, fmt.Sprintf("site %s is unreachable: a planned operation fences every other site read-only before it promotes %s, and waits until it can", s.Name, target)
+		}
+	}
 	if ok, why := SiteReady(sites, target, active); !ok {
 		if s := findSite(sites, target); s != nil && !s.Reachable {
 			return false, WaitSiteUnreachable, why
 		}
 		return false, WaitTargetNotReady, why
-	}
-	for _, s := range sites {
-		if s.Name != target && !s.Reachable {
-			return false, WaitSiteUnreachable, fmt.Sprintf("site %s is unreachable: a planned operation fences every other site read-only before it promotes %s, and waits until it can", s.Name, target)
-		}
 	}
 	return true, "", ""
 }

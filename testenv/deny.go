@@ -66,3 +66,85 @@ func DenyLeaseUpdates(t testing.TB, ctx context.Context, c client.Client, ns, la
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// DenyTombstones installs a real ValidatingAdmissionPolicy and binding that
+// refuse the CREATE of every Lease in namespace ns whose label
+// bloodraven.shipstream.io/kind is "tombstone" or "tombstone-pending", for
+// every user (the operator included), and waits until the API server
+// enforces it. The returned func removes it and waits until creates pass
+// again; it is also removed when the test ends. Tests use it to hold a
+// revocation back, so a lease can end between a move and its bookkeeping.
+func DenyTombstones(t testing.TB, ctx context.Context, c client.Client, ns string) (allow func()) {
+	t.Helper()
+	const kindLabel = "bloodraven.shipstream.io/kind"
+	name := "deny-tombstones-" + ns
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+				ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+					Key: kindLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"tombstone", "tombstone-pending"}}}},
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"leases"}},
+				}}},
+			},
+			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "test: tombstones are denied"}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+	}
+	objs := []client.Object{policy, binding}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("create %s: %v", o.GetName(), err)
+		}
+	}
+	probe := func(i int) error {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("deny-tombstone-probe-%d", i), Namespace: ns,
+			Labels: map[string]string{kindLabel: "tombstone-pending"}}}
+		err := c.Create(ctx, l)
+		if err == nil {
+			_ = c.Delete(ctx, l)
+		}
+		return err
+	}
+	waitUntil := func(enforced bool) {
+		deadline := time.Now().Add(30 * time.Second)
+		for i := 0; ; i++ {
+			if err := probe(i); (err != nil) == enforced {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the tombstone policy never took effect (enforced=%v)", enforced)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitUntil(true)
+	removed := false
+	allow = func() {
+		if removed {
+			return
+		}
+		removed = true
+		for _, o := range []client.Object{binding, policy} {
+			_ = c.Delete(context.Background(), o)
+		}
+		waitUntil(false)
+	}
+	t.Cleanup(func() {
+		if !removed {
+			removed = true
+			for _, o := range []client.Object{binding, policy} {
+				_ = c.Delete(context.Background(), o)
+			}
+		}
+	})
+	return allow
+}

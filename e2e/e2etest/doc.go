@@ -1,6 +1,8 @@
 // Package e2etest holds what the end-to-end packages (e2e, e2e/soak)
 // share: a playground per test on free ports (the operator binary built
-// from the checkout), polling, and reading the operator's metrics.
+// from the checkout, or $BLOODRAVEN_E2E_OPERATOR when set: a binary built
+// from a snapshot while the checkout is being edited), polling, reading the
+// operator's metrics, and sampling every site's read_only.
 //
 // Guarantees: every playground is stopped when its test ends, and its
 // operator log and MariaDB logs are printed when the test failed.

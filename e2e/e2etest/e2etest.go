@@ -21,10 +21,24 @@ import (
 // in a temporary state directory; it is stopped when the test ends.
 func Playground(t *testing.T) (*devenv.Playground, devenv.Config) {
 	t.Helper()
+	return PlaygroundWith(t, nil)
+}
+
+// PlaygroundWith is Playground with the configuration passed to configure
+// (when not nil) before devenv.Up: every address and both MySQLPorts are
+// already chosen, so it can, for example, start fault proxies
+// (internal/faultproxy) in front of cfg.MySQLPorts and set cfg.SitePorts to
+// theirs. What configure starts and registers with t.Cleanup is cleaned up
+// after the playground is stopped.
+func PlaygroundWith(t *testing.T, configure func(*devenv.Config)) (*devenv.Playground, devenv.Config) {
+	t.Helper()
 	root := testenv.RepoRoot()
 	cfg := devenv.Config{Root: root, StateDir: t.TempDir(), OperatorBinary: BuildOperator(t, root),
 		TLSAddr: testenv.FreeAddr(t), AuxAddr: testenv.FreeAddr(t), MetricsAddr: testenv.FreeAddr(t), ProbeAddr: testenv.FreeAddr(t),
 		MySQLPorts: [2]int{testenv.FreePort(t), testenv.FreePort(t)}}
+	if configure != nil {
+		configure(&cfg)
+	}
 	p, err := devenv.Up(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("playground up: %v", err)
