@@ -230,7 +230,7 @@ type RenewInput struct {
 	// TTLSeconds is the caller's ttlSeconds, nil when omitted (the lease
 	// keeps its ttl).
 	TTLSeconds *int64
-	Group       GroupView
+	Group      GroupView
 	// Record is the operation's record of Kind, nil when the object does not
 	// exist, records another operation, or belongs to another incarnation of
 	// the group.
