@@ -176,14 +176,16 @@ func (r *GroupReconciler) gate(ctx context.Context, g *v1.MysqlFailoverGroup, si
 // skips no site. When it fails, no transition is written, so the operation
 // never holds the emergency path (a persisted transition does); the active
 // site, which it may have fenced, is reopened at once; and the operation
-// waits: it returns false and the message naming the site.
-func (r *GroupReconciler) fenceOthers(ctx context.Context, g *v1.MysqlFailoverGroup, op, id, target string, st *step) (bool, string) {
+// waits: it returns false, the reason (policy.WaitSiteUnreachable naming the
+// site, or policy.WaitFenceFailed) and the message.
+func (r *GroupReconciler) fenceOthers(ctx context.Context, g *v1.MysqlFailoverGroup, op, id, target string, st *step) (ok bool, reason, msg string) {
 	err := r.driver().FenceOthers(ctx, g, target)
 	if err == nil {
-		return true, ""
+		return true, "", ""
 	}
-	msg := fmt.Sprintf("cannot fence every other site before promoting %s: %v", target, err)
+	reason, msg = policy.WaitFenceFailed, fmt.Sprintf("cannot fence every other site before promoting %s: %v", target, err)
 	if ue := (*topology.UnreachableError)(nil); errors.As(err, &ue) {
+		reason = policy.WaitSiteUnreachable
 		msg = fmt.Sprintf("site %s is unreachable or could not be confirmed read-only: a planned operation fences every other site before it promotes %s, and waits (%v)", ue.Site, target, ue.Err)
 	}
 	if active := g.Status.ActiveSite; active != "" && active != target {
@@ -195,7 +197,7 @@ func (r *GroupReconciler) fenceOthers(ctx context.Context, g *v1.MysqlFailoverGr
 	}
 	EventOperationWaiting.emit(r.Recorder, g, op, id, msg)
 	st.after(waitRetry)
-	return false, msg
+	return false, reason, msg
 }
 
 // admit reads the group's leases fresh and decides.

@@ -55,7 +55,7 @@ func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *v1.Mysq
 			}
 			// The update keeps its reservation while it waits; no transition
 			// is written until every other site is fenced and confirmed.
-			if ok, _ := r.fenceOthers(ctx, g, OpOrderedUpdate, rev, target, st); !ok {
+			if ok, _, _ := r.fenceOthers(ctx, g, OpOrderedUpdate, rev, target, st); !ok {
 				return nil
 			}
 			// On success the phase moves to UpdatingFormerPrimary in the same

@@ -125,7 +125,11 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGro
 	if err != nil {
 		return result{}, err
 	}
-	if err := s.confirmGrant(ctx, g, written, outcome); err != nil {
+	var prev *leases.Record
+	if outcome == policy.OutcomeRegrant {
+		prev = target.Record
+	}
+	if err := s.confirmGrant(ctx, g, written, prev); err != nil {
 		return result{}, err
 	}
 	status := http.StatusCreated
@@ -153,13 +157,17 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGro
 // A withdrawn new grant is deleted, not released: it never held authority,
 // and a released record would look, to the fence, like an operation that was
 // live at the move (its retry must be granted, not answered 409 revoked).
-// A re-grant overtaken by a move is revoked (topology_changed, 409): its
-// operation held a live lease at the old generation, which the move fences.
+// A withdrawn re-grant (prev, the record it replaced) puts that record back:
+// its operation still holds what it held, so the controller's revocation
+// (the move's, the annotation's) still finds it; deleting it would erase a
+// live operation. A re-grant overtaken by a move is revoked (topology_changed,
+// 409): its operation held a live lease at the old generation, which the move
+// fences.
 //
 // A grant that answers 201 (or 200) was therefore, at one instant after its
 // write, at the group's current generation and, for a hold, unopposed by a
 // planned operation.
-func (s *Server) confirmGrant(ctx context.Context, g *v1.MysqlFailoverGroup, written *leasestore.Object, outcome policy.LeaseOutcome) error {
+func (s *Server) confirmGrant(ctx context.Context, g *v1.MysqlFailoverGroup, written *leasestore.Object, prev *leases.Record) error {
 	rec := written.Record
 	fresh := &v1.MysqlFailoverGroup{}
 	if err := s.api.Get(ctx, client.ObjectKeyFromObject(g), fresh); err != nil {
@@ -168,15 +176,21 @@ func (s *Server) confirmGrant(ctx context.Context, g *v1.MysqlFailoverGroup, wri
 	if !policy.GrantOvertaken(rec.Kind, rec.Generation, groupView(fresh)) {
 		return nil
 	}
-	if outcome == policy.OutcomeRegrant && fresh.Status.TopologyGeneration != rec.Generation {
+	switch {
+	case prev != nil && fresh.Status.TopologyGeneration != rec.Generation:
 		rev, err := s.leases.Revoke(ctx, fresh, rec.OperationID, leases.ReasonTopologyChanged)
 		if err != nil {
 			return err
 		}
 		return errRevoked(leases.ReasonTopologyChanged, afterRevocation(fresh, rev).Status.TopologyGeneration)
-	}
-	if err := s.leases.Delete(ctx, written); err != nil && !apierrors.IsConflict(err) {
-		return err
+	case prev != nil:
+		if _, err := s.leases.Update(ctx, g, written, *prev); err != nil && !apierrors.IsConflict(err) {
+			return err
+		}
+	default:
+		if err := s.leases.Delete(ctx, written); err != nil && !apierrors.IsConflict(err) {
+			return err
+		}
 	}
 	return errUnstable()
 }

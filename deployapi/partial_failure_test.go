@@ -158,3 +158,46 @@ func TestGrantsWaitWhileTheRevokeAnnotationStands(t *testing.T) {
 		t.Fatalf("a refused grant left %d Lease objects", len(objs))
 	}
 }
+
+// A re-grant withdrawn because the revoke annotation (or a transition)
+// appeared between its read and its write puts back the record it replaced:
+// the operation still holds what it held, so the controller's revocation
+// finds it. Deleting it (review finding) erased a live operation: the
+// revocation found nothing, and the next POST was a create (201).
+func TestAWithdrawnRegrantPutsBackTheLeaseItReplaced(t *testing.T) {
+	f := newFixture(t)
+	first := f.grantTTL("migration", "op-a", 120, http.StatusCreated)
+	var armed atomic.Bool
+	reader := movingReader{Reader: env.Client, armed: &armed, move: func() {
+		g := &v1.MysqlFailoverGroup{}
+		if err := env.Client.Get(f.ctx, client.ObjectKeyFromObject(f.group), g); err != nil {
+			t.Error(err)
+			return
+		}
+		patch := client.MergeFrom(g.DeepCopy())
+		g.Annotations = map[string]string{v1.RevokeDeploymentLeasesAnnotation: "true"}
+		if err := env.Client.Patch(f.ctx, g, patch); err != nil {
+			t.Error(err)
+		}
+	}}
+	srv := f.newServer()
+	srv.api = reader
+	armed.Store(true)
+	r := f.doWith(srv, http.MethodPost, groupPath+"/leases", f.token, grantBody("migration", "op-a", 120))
+	expectError(t, r, http.StatusLocked, "unstable")
+	_, rec, err := f.store.GetOwn(f.ctx, f.group, leases.KindMigration, "op-a", true)
+	if err != nil || rec == nil || rec.State != leases.StateActive || !leases.TokenMatches(first.str("token"), rec.TokenHash) {
+		t.Fatalf("after the withdrawn re-grant the mutex is %v (%v); want the first grant's record back", stateOf(rec), err)
+	}
+	rev, err := f.store.Revoke(f.ctx, f.group, "op-a", leases.ReasonOperatorRevoked)
+	if err != nil || rev.Tombstone == nil {
+		t.Fatalf("the annotation's revocation found nothing to revoke: %v", err)
+	}
+}
+
+func stateOf(r *leases.Record) string {
+	if r == nil {
+		return "absent"
+	}
+	return string(r.State)
+}

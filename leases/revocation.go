@@ -11,23 +11,34 @@ type Move struct {
 	At         time.Time
 }
 
-// FencedByMove tells whether r held authority when the topology moved: it
-// was granted under an older generation than move's, for this incarnation of
-// the group, and it was still live at move.At, however it has ended since
-// (expired, or released at or after the move). A record that is already
-// revoked, or that was released or had expired before the move, is not
-// fenced by it. Without a recorded move time only a record live at now
-// counts.
+// FencedByMove tells whether the migration mutex record r held authority
+// when the topology moved: it was granted under an older generation than
+// move's, for this incarnation of the group, and it is live now or was still
+// live at move.At, however it has ended since (expired, or released at or
+// after the move). A record that is already revoked, or that was released or
+// had expired before the move, is not fenced by it. Without a recorded move
+// time only a record live at now counts.
+//
+// Only the mutex carries an operation's authority: a failover-hold lives
+// only while its mutex does, so a hold record never establishes that its
+// operation was live at the move (a hold recorded expired because its mutex
+// lapsed keeps its own later expiresAt). When the operation is fenced, its
+// hold is revoked with it (Revoke).
 //
 // The generation rule is strict: a record at move's generation or newer is
 // never fenced, so a caller whose view of the group is stale cannot revoke a
-// lease granted after the move it did not see.
+// lease granted after the move it did not see. A live record of an older
+// generation is fenced whatever the clocks say, so a move time ahead of this
+// replica's clock cannot let it escape.
 func FencedByMove(r *Record, groupUID string, move Move, now time.Time) bool {
-	if r == nil || !r.BelongsTo(groupUID) || r.Kind == KindTombstone || r.Generation >= move.Generation {
+	if r == nil || !r.BelongsTo(groupUID) || r.Kind != KindMigration || r.Generation >= move.Generation {
 		return false
 	}
+	if r.Live(now) {
+		return true
+	}
 	if move.At.IsZero() {
-		return r.Live(now)
+		return false
 	}
 	switch r.State {
 	case StateActive, StateExpired:

@@ -32,7 +32,12 @@ func TestFencedByMove(t *testing.T) {
 		"no move time recorded: live counts":       {mk(StateActive, 2, now.Add(time.Minute)), Move{Generation: 3}, true},
 		"no move time recorded: ended ones do not": {mk(StateActive, 2, now.Add(-time.Second)), Move{Generation: 3}, false},
 		"a tombstone is never fenced":              {&Record{GroupUID: "u", Kind: KindTombstone, State: StateRevoked, Generation: 1}, move, false},
-		"nil":                                      {nil, move, false},
+		// A hold recorded expired when its mutex lapsed keeps its own later
+		// expiresAt: it says nothing about the operation's authority at the
+		// move (review finding).
+		"a hold never fences its operation by itself":         {&Record{GroupUID: "u", Kind: KindFailoverHold, State: StateExpired, Generation: 2, ExpiresAt: now.Add(time.Minute)}, move, false},
+		"a live lease whose move time is ahead of this clock": {mk(StateActive, 2, now.Add(time.Minute)), Move{Generation: 3, At: now.Add(2 * time.Minute)}, true},
+		"nil": {nil, move, false},
 	}
 	for name, tc := range tests {
 		if got := FencedByMove(tc.rec, "u", tc.move, now); got != tc.want {
@@ -56,6 +61,8 @@ func TestRevokeDecidesWhatARevocationWrites(t *testing.T) {
 		wantGen   int64
 		wantHashs int
 	}{
+		"a lapsed mutex and the hold recorded expired with it, both before the move": {reason: ReasonTopologyChanged,
+			recs: []*Record{mk(KindMigration, "a", StateExpired, 2, now.Add(-time.Minute), "h1"), mk(KindFailoverHold, "a", StateExpired, 2, live, "h2")}},
 		"a fenced mutex and its hold": {reason: ReasonTopologyChanged, want: true, wantNext: 2, wantGen: 3, wantHashs: 2,
 			recs: []*Record{mk(KindMigration, "a", StateActive, 2, live, "h1"), mk(KindFailoverHold, "a", StateActive, 2, live, "h2")}},
 		"a lease at the current generation is not fenced": {reason: ReasonTopologyChanged,

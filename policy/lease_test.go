@@ -10,7 +10,7 @@ import (
 var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 
 func rec(op string, state leases.State, gen int64, expires time.Time) *leases.Record {
-	return &leases.Record{GroupUID: uid, OperationID: op, Instance: "counter-app", Identity: "system:serviceaccount:app:deploy",
+	return &leases.Record{GroupUID: uid, Kind: leases.KindMigration, OperationID: op, Instance: "counter-app", Identity: "system:serviceaccount:app:deploy",
 		State: state, Generation: gen, ExpiresAt: expires, TokenHash: leases.HashToken("tok-" + op)}
 }
 

@@ -25,6 +25,8 @@ func TestPlannedReadySkipsNoSite(t *testing.T) {
 		"a third site unreachable":    {sites: []topology.SiteState{up("iad", false), up("pdx", true), down("sfo")}, wantReason: WaitSiteUnreachable, wantSite: "site sfo"},
 		"the target unreachable":      {sites: []topology.SiteState{up("iad", false), down("pdx")}, wantReason: WaitSiteUnreachable, wantSite: "site pdx"},
 		"the target not replicating":  {sites: []topology.SiteState{up("iad", false), up("pdx", false)}, wantReason: WaitTargetNotReady, wantSite: "site pdx"},
+		"the target lagging": {sites: []topology.SiteState{up("iad", false), {Name: "pdx", Reachable: true, ReplicationRunning: true, LagSeconds: 40}},
+			wantReason: WaitTargetNotReady, wantSite: "site pdx lags 40 s"},
 		// Seen end to end: a refused primary also stops the target's
 		// replication; the operation waits for the primary, and says so.
 		"the active site unreachable and the target not replicating from it": {sites: []topology.SiteState{down("iad"), up("pdx", false)},
@@ -109,8 +111,12 @@ func TestBookkeepingRevokesWhatTheMoveFenced(t *testing.T) {
 	lapsed.Generation = 1
 	early := lease(leases.KindMigration, "c", leases.StateReleased, t0.Add(time.Minute))
 	early.Generation, early.EndedAt = 1, moved.Add(-time.Second)
+	// A hold recorded expired when its mutex lapsed before the move keeps
+	// its own later expiresAt; it does not make its operation fenced.
+	deadHold := lease(leases.KindFailoverHold, "d", leases.StateExpired, t0.Add(time.Minute))
+	deadHold.Generation = 1
 	got := DecideBookkeeping(BookkeepingInput{Now: t0, GroupUID: uid, Generation: 2, MovedAt: moved,
-		Leases: []*leases.Record{released, lapsed, early}})
+		Leases: []*leases.Record{released, lapsed, early, deadHold}})
 	if strings.Join(got.Revoke, ",") != "a,b" || got.Reason != leases.ReasonTopologyChanged || len(got.Expire) != 0 {
 		t.Fatalf("revoke %v (%s), expire %d; want a,b topology_changed, nothing expired", got.Revoke, got.Reason, len(got.Expire))
 	}

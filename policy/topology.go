@@ -223,7 +223,17 @@ func SiteReady(sites []topology.SiteState, site, active string) (bool, string) {
 const (
 	WaitTargetNotReady  = "TargetNotReady"
 	WaitSiteUnreachable = "SiteUnreachable"
+	// WaitFenceFailed: every site answered the probe, but fencing them, or
+	// the target's catching up with them, failed.
+	WaitFenceFailed = "FenceFailed"
 )
+
+// MaxPlannedLagSeconds is the most replication lag a planned promotion's
+// target may have: the old primary is read-only from the moment it is
+// fenced until the target has applied everything it wrote, so a target far
+// behind would stop writes for as long as it takes to catch up (and fail the
+// bounded wait). A lagging target waits until it catches up.
+const MaxPlannedLagSeconds = 5
 
 // PlannedReady tells whether a planned operation may move the primary from
 // active to target now: the target is SiteReady, and every other site of the
@@ -247,6 +257,9 @@ func PlannedReady(sites []topology.SiteState, target, active string) (ok bool, r
 			return false, WaitSiteUnreachable, why
 		}
 		return false, WaitTargetNotReady, why
+	}
+	if s := findSite(sites, target); target != active && s.LagSeconds > MaxPlannedLagSeconds {
+		return false, WaitTargetNotReady, fmt.Sprintf("target site %s lags %.0f s behind (at most %d s for a planned promotion): waits until it catches up", target, s.LagSeconds, MaxPlannedLagSeconds)
 	}
 	return true, "", ""
 }

@@ -329,6 +329,12 @@ func (s *site) waitFor(ctx context.Context, gtid string, timeout time.Duration) 
 // it rather than wait.
 const fenceTimeout = 5 * time.Second
 
+// fenceWait bounds FenceOthers' wait for the target to apply what a fenced
+// site wrote: the controller admits only a target that lags a few seconds
+// at most (policy.MaxPlannedLagSeconds), and the old primary refuses writes
+// while it waits.
+const fenceWait = 10 * time.Second
+
 // FenceOthers makes every site of g but target read-only, confirms each by
 // reading @@read_only back, reads its GTID position, and waits until target
 // has applied it. A site without a host, or one that cannot be reached,
@@ -354,7 +360,7 @@ func (d *Driver) FenceOthers(ctx context.Context, g *v1.MysqlFailoverGroup, targ
 		if err != nil {
 			return &topology.UnreachableError{Site: sp.Name, Err: err}
 		}
-		if err := t.waitFor(ctx, gtid, d.waitTimeout()); err != nil {
+		if err := t.waitFor(ctx, gtid, min(fenceWait, d.waitTimeout())); err != nil {
 			return err
 		}
 	}
