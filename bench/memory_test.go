@@ -60,8 +60,11 @@ func (s *scene) measureTombstoneHeap(ctx context.Context, n, workers int, settle
 		}
 		revoked := leases.Record{Group: g.Name, GroupUID: string(g.UID), Kind: leases.KindMigration, OperationID: opID,
 			Instance: operatortest.Instance, Identity: identity, State: leases.StateActive, TokenHash: leases.HashToken(tok)}
+		// As tombstones stand once announced: a pending one is cached (and
+		// watched) only until the controller announces it, which it does in
+		// the reconcile its creation wakes; the steady state is what grows.
 		rec := leases.NewTombstone(g.Name, string(g.UID), opID, leases.ReasonOperatorRevoked,
-			g.Status.TopologyGeneration, []leases.Record{revoked}, now)
+			g.Status.TopologyGeneration, []leases.Record{revoked}, now).Announced()
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: leases.TombstoneName(g.Name, opID), Namespace: g.Namespace}}
 		if err := leasestore.Encode(l, &rec, g); err != nil {
 			return err
