@@ -198,6 +198,27 @@ func (s *Server) rereadGroup(ctx context.Context, g *v1.MysqlFailoverGroup) (*v1
 	return fresh, nil
 }
 
+// staleView re-reads *g and asks for another attempt: a decision met a
+// record newer than the request's view of the group.
+func (s *Server) staleView(ctx context.Context, g **v1.MysqlFailoverGroup) error {
+	fresh, err := s.rereadGroup(ctx, *g)
+	if err != nil {
+		return err
+	}
+	*g = fresh
+	return leasestore.ErrStale
+}
+
+// revokeMoved revokes operation for the move (topology_changed) and, once
+// written, moves *g to the group the revocation read, to decide again on.
+func (s *Server) revokeMoved(ctx context.Context, g **v1.MysqlFailoverGroup, operation string) (leasestore.Revocation, error) {
+	rev, err := s.leases.Revoke(ctx, *g, operation, leases.ReasonTopologyChanged)
+	if err == nil {
+		*g = afterRevocation(*g, rev)
+	}
+	return rev, err
+}
+
 // afterRevocation is the group to decide again on once a revocation was
 // written: the one the revocation read, when it is the same incarnation.
 func afterRevocation(g *v1.MysqlFailoverGroup, rev leasestore.Revocation) *v1.MysqlFailoverGroup {

@@ -75,19 +75,14 @@ func (s *Server) grant(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 			res, err = s.writeGrant(ctx, c, g, name, target, d.Outcome, now)
 			return err
 		case policy.OutcomeStaleView:
-			if g, err = s.rereadGroup(ctx, g); err != nil {
-				return err
-			}
-			return leasestore.ErrStale
+			return s.staleView(ctx, &g)
 		case policy.OutcomeRevokeStale:
 			// A record held authority when the topology moved: revoke its
 			// operation first, whoever's it is, then decide again on what
 			// the revocation left (and the group it read).
-			rev, err := s.leases.Revoke(ctx, g, d.RevokeOperation, leases.ReasonTopologyChanged)
-			if err != nil {
+			if _, err := s.revokeMoved(ctx, &g, d.RevokeOperation); err != nil {
 				return err
 			}
-			g = afterRevocation(g, rev)
 			if tomb, err = s.leases.Tombstone(ctx, g, c.operationID); err != nil {
 				return err
 			}

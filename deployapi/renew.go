@@ -59,17 +59,13 @@ func (s *Server) renew(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 			res.status, res.body = http.StatusOK, bodyOf(d.Next)
 			return nil
 		case policy.OutcomeStaleView:
-			if g, err = s.rereadGroup(ctx, g); err != nil {
-				return err
-			}
-			return leasestore.ErrStale
+			return s.staleView(ctx, &g)
 		case policy.OutcomeRevokeStale:
 			// The lease held authority when the topology moved. A live one
 			// is ended by the fence whether or not its record can be
 			// rewritten now (a failed write is logged with the answer); an
 			// ended one is revoked and answered from its new record.
-			rev, err := s.leases.Revoke(ctx, g, c.operationID, leases.ReasonTopologyChanged)
-			if err != nil {
+			if _, err := s.revokeMoved(ctx, &g, c.operationID); err != nil {
 				if own.Live(now) {
 					e := refusal(d, g.Status.TopologyGeneration)
 					e.cause = err
@@ -77,7 +73,6 @@ func (s *Server) renew(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 				}
 				return err
 			}
-			g = afterRevocation(g, rev)
 			return leasestore.ErrStale
 		}
 		if confirmedOnly(d.Outcome) && !fresh {
@@ -112,23 +107,19 @@ func (s *Server) release(r *http.Request, c *call, g *v1.MysqlFailoverGroup) res
 		d := policy.DecideRelease(own, c.token, groupView(g), now)
 		switch d.Outcome {
 		case policy.OutcomeStaleView:
-			if g, err = s.rereadGroup(ctx, g); err != nil {
-				return err
-			}
-			return leasestore.ErrStale
+			return s.staleView(ctx, &g)
 		case policy.OutcomeRevokeStale:
 			// The lease held authority when the topology moved: its end is a
 			// revocation, recorded as such (tombstone), and answered 204. A
 			// revocation that cannot be written is an error, never a
 			// release: the record stays for the controller to revoke.
-			rev, err := s.leases.Revoke(ctx, g, d.RevokeOperation, leases.ReasonTopologyChanged)
+			rev, err := s.revokeMoved(ctx, &g, d.RevokeOperation)
 			if err != nil {
 				return errRevocationNotWritten(err)
 			}
 			if rev.Tombstone != nil {
 				return nil
 			}
-			g = afterRevocation(g, rev)
 			return leasestore.ErrStale
 		}
 		if d.Outcome == policy.OutcomeRelease {

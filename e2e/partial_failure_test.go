@@ -37,21 +37,8 @@ const probeInterval = 2 * time.Second
 func TestPlannedFailoverWaitsForAnUnreachablePrimary(t *testing.T) {
 	for _, fault := range []string{"paused", "black-holed", "refused"} {
 		t.Run(fault, func(t *testing.T) {
-			ctx := context.Background()
-			p, proxies := faultPlayground(t)
-			admin, key, g := bootstrappedWithBudget(t, p, 600) // the emergency path stays out of the way
-			probe := siteObserver(t)
-			waitFor(t, 30*time.Second, func() bool {
-				gtids, _ := probe.GTIDs(ctx, g)
-				return gtids["iad"] != "" && gtids["iad"] == gtids["pdx"]
-			})
-			ro := e2etest.StartReadOnlySampler(t, e2etest.SitesDSN(p))
-			dump := statusDumper(t, admin, key, p)
-			f := applyFault(t, fault, p, proxies)
-			faultAt := ro.Mark("fault on iad: " + fault)
-			requestPlannedFailover(t, admin, key, "pf-"+fault, "pdx")
-			requested := ro.Mark("planned failover to pdx requested")
-			t.Logf("%s: fault at %s, request at %s", fault, faultAt.Format("15:04:05.000"), requested.Format("15:04:05.000"))
+			r := requestUnderFault(t, fault, 600) // the emergency path stays out of the way
+			admin, key, g, ro, dump, f, faultAt, requested := r.admin, r.key, r.g, r.ro, r.dump, r.f, r.faultAt, r.requested
 
 			// It waits, naming iad.
 			waitingSince := waitStatus(t, admin, key, 40*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
@@ -127,21 +114,8 @@ func TestEmergencyFailoverPromotesPastAPendingPlannedFailover(t *testing.T) {
 	const budget = 5 * time.Second
 	for _, fault := range []string{"black-holed", "paused"} {
 		t.Run(fault, func(t *testing.T) {
-			ctx := context.Background()
-			p, proxies := faultPlayground(t)
-			admin, key, g := bootstrappedWithBudget(t, p, int32(budget/time.Second))
-			probe := siteObserver(t)
-			waitFor(t, 30*time.Second, func() bool {
-				gtids, _ := probe.GTIDs(ctx, g)
-				return gtids["iad"] != "" && gtids["iad"] == gtids["pdx"]
-			})
-			ro := e2etest.StartReadOnlySampler(t, e2etest.SitesDSN(p))
-			dump := statusDumper(t, admin, key, p)
-			f := applyFault(t, fault, p, proxies)
-			faultAt := ro.Mark("fault on iad: " + fault)
-			requestPlannedFailover(t, admin, key, "pf-"+fault, "pdx")
-			requested := ro.Mark("planned failover to pdx requested")
-			t.Logf("%s: fault at %s, request at %s", fault, faultAt.Format("15:04:05.000"), requested.Format("15:04:05.000"))
+			r := requestUnderFault(t, fault, int32(budget/time.Second))
+			admin, key, g, ro, dump, f, faultAt, requested := r.admin, r.key, r.g, r.ro, r.dump, r.f, r.faultAt, r.requested
 
 			// The planned failover waits and writes no transition...
 			waitingAt := waitStatus(t, admin, key, 20*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
@@ -216,6 +190,44 @@ func TestEmergencyFailoverPromotesPastAPendingPlannedFailover(t *testing.T) {
 
 // faultPlayground is a playground whose group reaches each site through a
 // fault proxy (iad, then pdx), in Pass mode; the servers' own replication
+
+// faultedRequest is a playground whose primary (iad) is under fault, with a
+// planned failover to pdx requested right after the fault, and what the
+// tests observe it with.
+type faultedRequest struct {
+	admin              client.Client
+	key                client.ObjectKey
+	g                  *v1.MysqlFailoverGroup
+	ro                 *e2etest.ReadOnlySampler
+	dump               func(string, ...any)
+	f                  *fault
+	faultAt, requested time.Time
+}
+
+// requestUnderFault brings up a playground with fault proxies in front of
+// both sites and the given detection budget, waits until pdx has everything
+// iad wrote, starts the read_only sampler, applies the fault to iad and
+// requests the planned failover to pdx.
+func requestUnderFault(t *testing.T, kind string, budgetSeconds int32) *faultedRequest {
+	t.Helper()
+	ctx := context.Background()
+	p, proxies := faultPlayground(t)
+	admin, key, g := bootstrappedWithBudget(t, p, budgetSeconds)
+	probe := siteObserver(t)
+	waitFor(t, 30*time.Second, func() bool {
+		gtids, _ := probe.GTIDs(ctx, g)
+		return gtids["iad"] != "" && gtids["iad"] == gtids["pdx"]
+	})
+	r := &faultedRequest{admin: admin, key: key, g: g, ro: e2etest.StartReadOnlySampler(t, e2etest.SitesDSN(p)),
+		dump: statusDumper(t, admin, key, p)}
+	r.f = applyFault(t, kind, p, proxies)
+	r.faultAt = r.ro.Mark("fault on iad: " + kind)
+	requestPlannedFailover(t, admin, key, "pf-"+kind, "pdx")
+	r.requested = r.ro.Mark("planned failover to pdx requested")
+	t.Logf("%s: fault at %s, request at %s", kind, r.faultAt.Format("15:04:05.000"), r.requested.Format("15:04:05.000"))
+	return r
+}
+
 // set up by devenv.Up stays direct.
 func faultPlayground(t *testing.T) (*devenv.Playground, [2]*faultproxy.Proxy) {
 	t.Helper()

@@ -21,27 +21,8 @@ import (
 // would on a real cluster.
 func DenyLeaseUpdates(t testing.TB, ctx context.Context, c client.Client, ns, label string) {
 	t.Helper()
-	name := "deny-lease-updates-" + ns
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
-				ObjectSelector:    &metav1.LabelSelector{MatchLabels: map[string]string{label: "true"}},
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"leases"}},
-				}}},
-			},
-			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "test: deployment Lease updates are denied"}},
-		},
-	}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name,
-			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
-	}
+	policy, binding := leaseDenial("deny-lease-updates-"+ns, ns, &metav1.LabelSelector{MatchLabels: map[string]string{label: "true"}},
+		admissionregistrationv1.Update, "test: deployment Lease updates are denied")
 	for _, o := range []client.Object{policy, binding} {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatalf("create %s: %v", o.GetName(), err)
@@ -77,28 +58,9 @@ func DenyLeaseUpdates(t testing.TB, ctx context.Context, c client.Client, ns, la
 func DenyTombstones(t testing.TB, ctx context.Context, c client.Client, ns string) (allow func()) {
 	t.Helper()
 	const kindLabel = "bloodraven.shipstream.io/kind"
-	name := "deny-tombstones-" + ns
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
-				ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-					Key: kindLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"tombstone", "tombstone-pending"}}}},
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"leases"}},
-				}}},
-			},
-			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "test: tombstones are denied"}},
-		},
-	}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name,
-			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
-	}
+	policy, binding := leaseDenial("deny-tombstones-"+ns, ns, &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: kindLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"tombstone", "tombstone-pending"}}}},
+		admissionregistrationv1.Create, "test: tombstones are denied")
 	objs := []client.Object{policy, binding}
 	for _, o := range objs {
 		if err := c.Create(ctx, o); err != nil {
@@ -147,4 +109,31 @@ func DenyTombstones(t testing.TB, ctx context.Context, c client.Client, ns strin
 		}
 	})
 	return allow
+}
+
+// leaseDenial is a ValidatingAdmissionPolicy (and its binding) that refuses
+// op on the Leases in namespace ns that objects selects, for every user.
+func leaseDenial(name, ns string, objects *metav1.LabelSelector, op admissionregistrationv1.OperationType, msg string) (
+	*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+				ObjectSelector:    objects,
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{op},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"leases"}},
+				}}},
+			},
+			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: msg}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+	}
+	return policy, binding
 }
