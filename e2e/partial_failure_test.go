@@ -38,7 +38,7 @@ func TestPlannedFailoverWaitsForAnUnreachablePrimary(t *testing.T) {
 	for _, fault := range []string{"paused", "black-holed", "refused"} {
 		t.Run(fault, func(t *testing.T) {
 			r := requestUnderFault(t, fault, 600) // the emergency path stays out of the way
-			admin, key, g, ro, dump, f, faultAt, requested := r.admin, r.key, r.g, r.ro, r.dump, r.f, r.faultAt, r.requested
+			admin, key, ro, dump, f, faultAt, requested := r.admin, r.key, r.ro, r.dump, r.f, r.faultAt, r.requested
 
 			// It waits, naming iad.
 			waitingSince := waitStatus(t, admin, key, 40*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
@@ -85,7 +85,7 @@ func TestPlannedFailoverWaitsForAnUnreachablePrimary(t *testing.T) {
 			completed := ro.Mark("planned failover completed")
 			time.Sleep(2 * e2etest.ReadOnlyInterval) // the sampler's answers up to the completion
 			assertNoSplitBrain(t, ro, requested, time.Now())
-			g = getGroup(t, admin, key)
+			g := getGroup(t, admin, key)
 			if r := g.Status.PlannedFailover.Reason; r != "Promoted" {
 				dump("completed with reason %q, want Promoted", r)
 			}
@@ -115,7 +115,7 @@ func TestEmergencyFailoverPromotesPastAPendingPlannedFailover(t *testing.T) {
 	for _, fault := range []string{"black-holed", "paused"} {
 		t.Run(fault, func(t *testing.T) {
 			r := requestUnderFault(t, fault, int32(budget/time.Second))
-			admin, key, g, ro, dump, f, faultAt, requested := r.admin, r.key, r.g, r.ro, r.dump, r.f, r.faultAt, r.requested
+			admin, key, ro, dump, f, faultAt, requested := r.admin, r.key, r.ro, r.dump, r.f, r.faultAt, r.requested
 
 			// The planned failover waits and writes no transition...
 			waitingAt := waitStatus(t, admin, key, 20*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
@@ -169,7 +169,7 @@ func TestEmergencyFailoverPromotesPastAPendingPlannedFailover(t *testing.T) {
 				pf := g.Status.PlannedFailover
 				return pf != nil && (pf.Phase == v1.PlannedFailoverPhaseCompleted || pf.Phase == v1.PlannedFailoverPhaseFailed), ""
 			})
-			g = getGroup(t, admin, key)
+			g := getGroup(t, admin, key)
 			pf := g.Status.PlannedFailover
 			if pf.Phase != v1.PlannedFailoverPhaseCompleted || pf.Reason != "AlreadyActive" || g.Status.TopologyGeneration != 2 {
 				dump("after the emergency failover the planned failover ended %s/%s at generation %d, want Completed/AlreadyActive at 2", pf.Phase, pf.Reason, g.Status.TopologyGeneration)
@@ -197,7 +197,6 @@ func TestEmergencyFailoverPromotesPastAPendingPlannedFailover(t *testing.T) {
 type faultedRequest struct {
 	admin              client.Client
 	key                client.ObjectKey
-	g                  *v1.MysqlFailoverGroup
 	ro                 *e2etest.ReadOnlySampler
 	dump               func(string, ...any)
 	f                  *fault
@@ -218,7 +217,7 @@ func requestUnderFault(t *testing.T, kind string, budgetSeconds int32) *faultedR
 		gtids, _ := probe.GTIDs(ctx, g)
 		return gtids["iad"] != "" && gtids["iad"] == gtids["pdx"]
 	})
-	r := &faultedRequest{admin: admin, key: key, g: g, ro: e2etest.StartReadOnlySampler(t, e2etest.SitesDSN(p)),
+	r := &faultedRequest{admin: admin, key: key, ro: e2etest.StartReadOnlySampler(t, e2etest.SitesDSN(p)),
 		dump: statusDumper(t, admin, key, p)}
 	r.f = applyFault(t, kind, p, proxies)
 	r.faultAt = r.ro.Mark("fault on iad: " + kind)
