@@ -171,14 +171,20 @@ func (r *GroupReconciler) gate(ctx context.Context, g *v1.MysqlFailoverGroup, si
 }
 
 // fenceOthers is every planned path's last step before it writes a
-// transition: every site but target is made read-only and confirmed
+// transition. The probe must show every site ready (policy.PlannedReady);
+// then every site but target is made read-only and confirmed
 // (topology.Driver.FenceOthers), and target has applied what they wrote. It
-// skips no site. When it fails, no transition is written, so the operation
-// never holds the emergency path (a persisted transition does); the active
-// site, which it may have fenced, is reopened at once; and the operation
-// waits: it returns false, the reason (policy.WaitSiteUnreachable naming the
-// site, or policy.WaitFenceFailed) and the message.
-func (r *GroupReconciler) fenceOthers(ctx context.Context, g *v1.MysqlFailoverGroup, op, id, target string, st *step) (ok bool, reason, msg string) {
+// skips no site. When either fails, no transition is written, so the
+// operation never holds the emergency path (a persisted transition does);
+// the active site, which a failed fence may have fenced, is reopened at
+// once; and the operation waits: it returns false, the reason
+// (policy.WaitSiteUnreachable naming the site, policy.WaitTargetNotReady or
+// policy.WaitFenceFailed) and the message.
+func (r *GroupReconciler) fenceOthers(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, op, id, target string, st *step) (ok bool, reason, msg string) {
+	if ready, reason, msg := policy.PlannedReady(sites, target, g.Status.ActiveSite); !ready {
+		st.after(waitRetry)
+		return false, reason, msg
+	}
 	err := r.driver().FenceOthers(ctx, g, target)
 	if err == nil {
 		return true, "", ""

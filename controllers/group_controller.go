@@ -91,22 +91,28 @@ func (r *GroupReconciler) driver() topology.Driver {
 //     and retried, and never return early;
 //  3. the planned operations run behind the admission gate;
 //  4. the observation is written to status, once, when it changed.
+//
+// A group being deleted keeps step 1 until it is gone: a finalizer that
+// cannot complete (a denied Lease delete, another controller's finalizer)
+// must not leave it without probing, emergency failover and fencing. Its
+// finalizer takes the place of step 2, and step 3 stops: no grant is taken
+// while the group is being deleted.
 func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	g := &v1.MysqlFailoverGroup{}
 	if err := r.API.Get(ctx, req.NamespacedName, g); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !g.DeletionTimestamp.IsZero() {
-		return r.reconcileDeleting(ctx, g)
-	}
-	if !controllerutil.ContainsFinalizer(g, Finalizer) {
+	deleting := !g.DeletionTimestamp.IsZero()
+	if !deleting && !controllerutil.ContainsFinalizer(g, Finalizer) {
 		controllerutil.AddFinalizer(g, Finalizer)
 		if err := r.Client.Update(ctx, g); err != nil {
 			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
 		}
 	}
 	persisted := g.Status.DeepCopy()
-	r.Metrics.initGroup(g) // every series exists, at 0, from the first reconcile
+	if !deleting {
+		r.Metrics.initGroup(g) // every series exists, at 0, from the first reconcile
+	}
 	var st step
 	st.after(r.probeInterval())
 
@@ -116,8 +122,13 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, fmt.Errorf("probe: %w", err)
 	}
 	acted, err := r.reconcileTopology(ctx, g, sites, &st)
-	// 2. Lease bookkeeping: after step 1, and never in its way.
-	r.reconcileLeases(ctx, g, &st)
+	// 2. Lease bookkeeping (the finalizer, for a group being deleted): after
+	// step 1, and never in its way.
+	if deleting {
+		err = errors.Join(err, r.finalize(ctx, g))
+	} else {
+		r.reconcileLeases(ctx, g, &st)
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -126,8 +137,10 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{Requeue: true}, nil
 	}
 	// 3. Planned operations.
-	if err := r.reconcileOperations(ctx, g, sites, &st); err != nil {
-		return ctrl.Result{}, err
+	if !deleting {
+		if err := r.reconcileOperations(ctx, g, sites, &st); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	// 4. Observation.
 	if sites, err = r.driver().Probe(ctx, g); err != nil {
@@ -140,44 +153,14 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	if !equality.Semantic.DeepEqual(persisted, &g.Status) {
 		if err := r.writeStatus(ctx, g); err != nil {
+			if deleting { // its finalizer may have been the last
+				err = client.IgnoreNotFound(err)
+			}
 			return ctrl.Result{}, err
 		}
 	}
-	r.Metrics.observeGroup(g)
-	return ctrl.Result{RequeueAfter: st.requeueAfter}, nil
-}
-
-// reconcileDeleting runs the safety paths of a group being deleted, then
-// its finalizer. The safety paths run until the group is gone: a finalizer
-// that cannot complete (a denied Lease delete, another controller's
-// finalizer) must not leave the group without probing, emergency failover
-// and fencing. Planned operations and lease bookkeeping stop: no grant is
-// taken while the group is being deleted.
-func (r *GroupReconciler) reconcileDeleting(ctx context.Context, g *v1.MysqlFailoverGroup) (ctrl.Result, error) {
-	persisted := g.Status.DeepCopy()
-	var st step
-	st.after(r.probeInterval())
-	sites, err := r.driver().Probe(ctx, g)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("probe: %w", err)
-	}
-	acted, terr := r.reconcileTopology(ctx, g, sites, &st)
-	ferr := r.finalize(ctx, g)
-	if terr != nil || ferr != nil {
-		return ctrl.Result{}, errors.Join(terr, ferr)
-	}
-	if acted {
-		//lint:ignore SA1019 Requeue (with the rate limiter's backoff) is "probe again now"; no fixed RequeueAfter fits
-		return ctrl.Result{Requeue: true}, nil
-	}
-	if sites, err = r.driver().Probe(ctx, g); err != nil {
-		return ctrl.Result{}, fmt.Errorf("probe: %w", err)
-	}
-	r.observe(g, sites)
-	if !equality.Semantic.DeepEqual(persisted, &g.Status) {
-		if err := r.writeStatus(ctx, g); err != nil {
-			return ctrl.Result{}, client.IgnoreNotFound(err)
-		}
+	if !deleting {
+		r.Metrics.observeGroup(g)
 	}
 	return ctrl.Result{RequeueAfter: st.requeueAfter}, nil
 }

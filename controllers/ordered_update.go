@@ -49,13 +49,9 @@ func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *v1.Mysq
 			}
 		case policy.StepPromote:
 			target := policy.BestSite(sites, g.Status.ActiveSite)
-			if ready, _, _ := policy.PlannedReady(sites, target, g.Status.ActiveSite); target == "" || !ready {
-				st.after(waitRetry)
-				return nil
-			}
 			// The update keeps its reservation while it waits; no transition
 			// is written until every other site is fenced and confirmed.
-			if ok, _, _ := r.fenceOthers(ctx, g, OpOrderedUpdate, rev, target, st); !ok {
+			if ok, _, _ := r.fenceOthers(ctx, g, sites, OpOrderedUpdate, rev, target, st); !ok {
 				return nil
 			}
 			// On success the phase moves to UpdatingFormerPrimary in the same

@@ -125,7 +125,7 @@ func TestBookkeepingRevokesALeaseReleasedAfterTheMove(t *testing.T) {
 	// move, before any bookkeeping.
 	obj, rec, err := f.rec.Leases.GetOwn(f.ctx, f.get(), leases.KindMigration, "m2-x", true)
 	if err != nil || rec == nil || !leases.TokenMatches(tok, rec.TokenHash) {
-		t.Fatalf("setup: %+v %v", rec, err)
+		t.Fatalf("setup: %s %v", stateOf(rec), err)
 	}
 	if _, err := f.rec.Leases.Update(f.ctx, f.get(), obj, rec.Released(f.clock.Now())); err != nil {
 		t.Fatal(err)
@@ -305,5 +305,22 @@ func TestAResumedPlannedTransitionNeverSkipsALostSite(t *testing.T) {
 	f.neverTwoWritable("after iad returned")
 	if g := f.get(); g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 2 || g.Status.Transition != nil {
 		t.Fatalf("after iad returned: %s/%d %+v", g.Status.ActiveSite, g.Status.TopologyGeneration, g.Status.Transition)
+	}
+}
+
+// A re-grant of the mutex (same operation: a runner whose POST answer was
+// lost) continues the operation's tenure: its failover-hold still defers.
+// Only a take-over after a lapse starts a new tenure (TestADeferralEndsWithItsMutex).
+func TestARegrantedMutexKeepsItsHold(t *testing.T) {
+	f := newFixture(t, true)
+	f.settle()
+	f.grant("migration", "op-1", 120)
+	f.grant("failover-hold", "op-1", 120)
+	f.clock.Step(time.Second)
+	f.grant("migration", "op-1", 120) // 200: re-grant, new token
+	f.requestPlanned("req-1")
+	f.settle()
+	if g := f.get(); g.Status.ActiveSite != "iad" || g.Status.PlannedFailover.Phase != v1.PlannedFailoverPhaseDeferred {
+		t.Fatalf("after a re-grant of the mutex the hold deferred nothing: %s %+v", g.Status.ActiveSite, g.Status.PlannedFailover)
 	}
 }

@@ -56,7 +56,7 @@ func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *v1.My
 	if err != nil || !ok {
 		return err
 	}
-	if ok, reason, msg := r.fenceOthers(ctx, g, OpPlannedFailover, req.ID, target, st); !ok {
+	if ok, reason, msg := r.fenceOthers(ctx, g, sites, OpPlannedFailover, req.ID, target, st); !ok {
 		r.releaseReservation(g, OpPlannedFailover)
 		pf().Phase, pf().Reason = v1.PlannedFailoverPhaseAdmitting, reason
 		pf().Admission = &v1.Admission{Message: msg}

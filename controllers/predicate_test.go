@@ -46,6 +46,12 @@ func TestLeaseWatchPassesOnlyDecisionChanges(t *testing.T) {
 	if !p.Create(event.CreateEvent{Object: lease(same)}) || !p.Delete(event.DeleteEvent{Object: lease(same)}) {
 		t.Fatal("creations and deletions must pass")
 	}
+	// A pending tombstone is created (the controller must announce it) and
+	// leaves the cache once announced (nothing to decide).
+	pending := encodeLease(t, base, leases.KindTombstone, func(r *leases.Record) { r.State, r.AnnouncePending = leases.StateRevoked, true })
+	if !p.Create(event.CreateEvent{Object: pending}) || p.Delete(event.DeleteEvent{Object: pending}) {
+		t.Fatal("a pending tombstone's creation must pass and its announcement (leaving the cache) must not")
+	}
 }
 
 func encodeLease(t *testing.T, base time.Time, kind leases.Kind, mutate func(*leases.Record)) *coordinationv1.Lease {

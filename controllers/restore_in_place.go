@@ -46,11 +46,7 @@ func (r *GroupReconciler) reconcileRestoreInPlace(ctx context.Context, g *v1.Mys
 		case policy.StepPromote:
 			// No transition is written until every other site is fenced and
 			// confirmed; the restore keeps its reservation while it waits.
-			if ready, _, _ := policy.PlannedReady(sites, target, g.Status.ActiveSite); !ready {
-				st.after(waitRetry)
-				return nil
-			}
-			if ok, _, _ := r.fenceOthers(ctx, g, OpRestoreInPlace, req.ID, target, st); !ok {
+			if ok, _, _ := r.fenceOthers(ctx, g, sites, OpRestoreInPlace, req.ID, target, st); !ok {
 				return nil
 			}
 			// On success the phase becomes Completed in the same status write

@@ -108,22 +108,11 @@ func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup,
 	}
 	t := *g.Status.Transition
 	planned := t.Operation != OpEmergencyFailover && t.Operation != OpBootstrap
-	var err error
-	if planned {
-		// Every attempt of a planned promotion, a resumed one included,
-		// fences and confirms every other site first: one that dropped out
-		// (or came back writable) since the transition was written is never
-		// skipped. A failure counts like a failed promotion.
-		if err = r.driver().FenceOthers(ctx, g, t.TargetSite); err != nil {
-			err = fmt.Errorf("%s: fence every other site before promoting %s: %w", t.Operation, t.TargetSite, err)
-		}
-	}
-	if err == nil {
-		if err = r.driver().Promote(ctx, g, t.TargetSite, t.Generation, planned); err != nil {
-			err = fmt.Errorf("%s: promote %s: %w", t.Operation, t.TargetSite, err)
-		}
-	}
-	if err != nil {
+	// A planned promotion (every attempt, a resumed one included) fences
+	// and confirms every other site inside Driver.Promote and fails on one
+	// it cannot reach: a failure counts like any failed promotion.
+	if err := r.driver().Promote(ctx, g, t.TargetSite, t.Generation, planned); err != nil {
+		err = fmt.Errorf("%s: promote %s: %w", t.Operation, t.TargetSite, err)
 		tr := g.Status.Transition
 		if tr.FailingSince == nil {
 			now := r.now()

@@ -7,7 +7,6 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
@@ -188,9 +187,9 @@ func groupView(g *v1.MysqlFailoverGroup) policy.GroupView {
 // rereadGroup reads g again from the API server: a decision found a record
 // newer than the request's view of the group.
 func (s *Server) rereadGroup(ctx context.Context, g *v1.MysqlFailoverGroup) (*v1.MysqlFailoverGroup, error) {
-	fresh := &v1.MysqlFailoverGroup{}
-	if err := s.api.Get(ctx, client.ObjectKeyFromObject(g), fresh); err != nil {
-		return nil, fmt.Errorf("re-read group: %w", err)
+	fresh, err := s.readGroup(ctx, g.Namespace, g.Name)
+	if err != nil {
+		return nil, err
 	}
 	if fresh.UID != g.UID {
 		return nil, fmt.Errorf("group %s/%s was re-created during the request: %w", g.Namespace, g.Name, leasestore.ErrContended)

@@ -246,12 +246,12 @@ func TestAGrantOvertakenByAMoveIsWithdrawn(t *testing.T) {
 			}
 			switch {
 			case tc.regrant && (rec == nil || rec.Generation != 1 || rec.State != leases.StateRevoked || rec.Reason != leases.ReasonTopologyChanged):
-				t.Fatalf("the overtaken re-grant was left %+v; want it revoked at generation 1, topology_changed", rec)
+				t.Fatalf("the overtaken re-grant was left %s; want it revoked at generation 1, topology_changed", stateOf(rec))
 			case !tc.regrant && rec != nil:
 				// A withdrawn new grant never held authority: it is deleted,
 				// so the fence cannot mistake it for an operation that was
 				// live at the move.
-				t.Fatalf("the overtaken %s was left %+v; want it withdrawn (deleted)", tc.kind, rec)
+				t.Fatalf("the overtaken %s was left %s; want it withdrawn (deleted)", tc.kind, stateOf(rec))
 			}
 			retry := f.do(http.MethodPost, groupPath+"/leases", f.token, grantBody(tc.kind, "op-a", 120))
 			if retry.status != tc.retryCode || (tc.retryError != "" && retry.str("error") != tc.retryError) {

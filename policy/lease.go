@@ -143,10 +143,8 @@ func DecideGrant(in GrantInput) Decision {
 	if newerThanView(in.Group, in.Migration, in.Hold) {
 		return Decision{Outcome: OutcomeStaleView}
 	}
-	for _, r := range []*leases.Record{in.Migration, in.Hold} {
-		if leases.FencedByMove(r, in.Group.UID, in.Group.Move(), in.Now) {
-			return Decision{Outcome: OutcomeRevokeStale, RevokeOperation: r.OperationID}
-		}
+	if m := in.Migration; leases.FencedByMove(m, in.Group.UID, in.Group.Move(), in.Now) {
+		return Decision{Outcome: OutcomeRevokeStale, RevokeOperation: m.OperationID}
 	}
 	m := in.Migration
 	if !m.BelongsTo(in.Group.UID) {

@@ -10,8 +10,9 @@
 // replicating from it, and records the generation where the data plane can
 // check it; FenceOthers(target) returns nil only once every other site
 // answered read-only and target applied what they wrote, and skips no site.
-// A planned promotion is Promote after a successful FenceOthers: a site that
-// drops out between the two was confirmed read-only already.
+// Promote(planned) runs FenceOthers first and fails when it fails, so a
+// planned promotion never opens target while a site it cannot reach may be
+// writable.
 //
 // Not guaranteed by this package: that a site reported unreachable is dead.
 // The controller waits the group's detection budget before an emergency
@@ -43,8 +44,8 @@ type Driver interface {
 	// Probe observes every site of g, in spec order.
 	Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]SiteState, error)
 	// Promote makes site the writable primary of g under generation. planned
-	// asks for a graceful switchover (fence the old primary, wait until the
-	// target has applied everything) rather than an emergency promotion.
+	// asks for a graceful switchover (FenceOthers first, failing when it
+	// fails) rather than an emergency promotion.
 	Promote(ctx context.Context, g *v1.MysqlFailoverGroup, site string, generation int64, planned bool) error
 	// Fence makes site read-only.
 	Fence(ctx context.Context, g *v1.MysqlFailoverGroup, site string) error

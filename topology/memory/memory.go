@@ -105,12 +105,19 @@ func (d *Driver) anyWritable(g *v1.MysqlFailoverGroup) bool {
 }
 
 // Promote makes target writable and every other reachable site a replica.
+// A planned promotion first fences every other site, and fails on one that
+// is unreachable (FenceOthers).
 func (d *Driver) Promote(_ context.Context, g *v1.MysqlFailoverGroup, target string, generation int64, planned bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	t, ok := d.sites[key(g, target)]
 	if !ok || !t.reachable {
 		return fmt.Errorf("promote %s: site unreachable", target)
+	}
+	if planned {
+		if err := d.fenceOthers(g, target); err != nil {
+			return err
+		}
 	}
 	for _, sp := range g.Spec.Sites {
 		s, ok := d.sites[key(g, sp.Name)]
@@ -150,6 +157,15 @@ func (d *Driver) Fence(_ context.Context, g *v1.MysqlFailoverGroup, name string)
 func (d *Driver) FenceOthers(_ context.Context, g *v1.MysqlFailoverGroup, target string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.fenceOthers(g, target); err != nil {
+		return err
+	}
+	d.Calls = append(d.Calls, "fence-others "+target)
+	return nil
+}
+
+// fenceOthers is FenceOthers with d.mu held.
+func (d *Driver) fenceOthers(g *v1.MysqlFailoverGroup, target string) error {
 	if t, ok := d.sites[key(g, target)]; !ok || !t.reachable {
 		return &topology.UnreachableError{Site: target, Err: fmt.Errorf("simulated site unreachable")}
 	}
@@ -163,7 +179,6 @@ func (d *Driver) FenceOthers(_ context.Context, g *v1.MysqlFailoverGroup, target
 		}
 		s.writable = false
 	}
-	d.Calls = append(d.Calls, "fence-others "+target)
 	return nil
 }
 

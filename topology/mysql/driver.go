@@ -209,7 +209,9 @@ func redact(q string) string {
 	return q
 }
 
-// Promote makes target the writable primary under generation.
+// Promote makes target the writable primary under generation. A planned
+// promotion runs FenceOthers first, so it never opens target while another
+// site may still be writable.
 func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target string, generation int64, planned bool) error {
 	tspec, err := siteSpec(g, target)
 	if err != nil {
@@ -223,7 +225,7 @@ func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target s
 	if err != nil {
 		return err
 	}
-	// The other reachable sites, and which of them is writable now.
+	// The other reachable sites, to point at the new primary.
 	var others []*site
 	for _, sp := range g.Spec.Sites {
 		if sp.Name == target || sp.Host == "" {
@@ -233,28 +235,19 @@ func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target s
 			others = append(others, s)
 		}
 	}
-	wait := d.waitTimeout()
 	if planned {
-		// Stop writes on every other site, then wait until the target has
-		// applied everything they wrote.
-		for _, o := range others {
-			if err := o.exec(ctx, o.d.readOnlyOn...); err != nil {
-				return err
-			}
-			var gtid string
-			if err := o.db.QueryRowContext(ctx, o.d.gtidExecuted).Scan(&gtid); err != nil {
-				return fmt.Errorf("site %s: read GTID position: %w", o.name, err)
-			}
-			if err := t.waitFor(ctx, gtid, wait); err != nil {
-				return err
-			}
+		// Stop writes on every other site, confirmed, and wait until the
+		// target has applied everything they wrote. It skips no site: one it
+		// cannot reach fails the promotion.
+		if err := d.FenceOthers(ctx, g, target); err != nil {
+			return err
 		}
 	} else {
 		// Emergency: apply what was already received.
 		rs, err := t.replicaStatus(ctx)
 		if err == nil {
 			if pos := rs["Gtid_IO_Pos"]; pos != "" {
-				_ = t.waitFor(ctx, pos, wait)
+				_ = t.waitFor(ctx, pos, d.waitTimeout())
 			}
 		}
 	}
