@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/julienschmidt/httprouter"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -31,6 +32,11 @@ type call struct {
 	// X-Lease-Token header). Never logged.
 	token string
 	ttl   ttlField
+	// phase is a migration renewal's phase, empty when omitted.
+	phase leases.Phase
+	// wait is how long a lease GET may be held (Prefer: wait=N); zero
+	// answers at once.
+	wait time.Duration
 }
 
 // result is what a handler answers. instance is the lease's instance when
@@ -117,11 +123,11 @@ func parseRenew(r *http.Request, ps httprouter.Params, c *call) *apiError {
 	if e != nil {
 		return e
 	}
-	req, e := decodeRenew(body)
+	req, phase, e := decodeRenew(body, c.kind)
 	if e != nil {
 		return e
 	}
-	c.token, c.ttl = req.Token, req.TTLSeconds
+	c.token, c.ttl, c.phase = req.Token, req.TTLSeconds, phase
 	return nil
 }
 

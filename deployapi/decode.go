@@ -107,6 +107,8 @@ type grantRequest struct {
 type renewRequest struct {
 	Token      string   `json:"token"`
 	TTLSeconds ttlField `json:"ttlSeconds"`
+	// Phase is optional, migration only: pre-ddl, ddl or done.
+	Phase *string `json:"phase"`
 }
 
 // readBody reads at most maxBodyBytes; more is 413.
@@ -218,13 +220,23 @@ func decodeGrant(b []byte) (grantRequest, leases.Kind, *apiError) {
 
 // decodeRenew parses a renewal body. An empty token is not a shape error:
 // it is answered token_mismatch by the lease decision.
-func decodeRenew(b []byte) (renewRequest, *apiError) {
+func decodeRenew(b []byte, kind leases.Kind) (renewRequest, leases.Phase, *apiError) {
 	var req renewRequest
-	if e := decodeStrict(b, &req, "token", "ttlSeconds"); e != nil {
-		return req, e
+	if e := decodeStrict(b, &req, "token", "ttlSeconds", "phase"); e != nil {
+		return req, "", e
 	}
 	if len(req.Token) > 1024 {
-		return req, errBadRequest("token is too long")
+		return req, "", errBadRequest("token is too long")
 	}
-	return req, nil
+	if req.Phase == nil {
+		return req, "", nil
+	}
+	if kind != leases.KindMigration {
+		return req, "", errBadRequest("phase is for the migration lease only")
+	}
+	p, ok := leases.ParsePhase(*req.Phase)
+	if !ok {
+		return req, "", errBadRequest(`phase must be "pre-ddl", "ddl" or "done"`)
+	}
+	return req, p, nil
 }

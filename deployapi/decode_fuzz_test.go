@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/policy"
 )
 
@@ -45,11 +46,11 @@ func FuzzDecodeGrant(f *testing.F) {
 
 // FuzzDecodeRenew: the same for renewal bodies.
 func FuzzDecodeRenew(f *testing.F) {
-	for _, seed := range []string{`{"token":"abc","ttlSeconds":30}`, `{"token":""}`, `{"ttlSeconds":"30"}`, `{"token":` + strings.Repeat("[", 100)} {
+	for _, seed := range []string{`{"token":"abc","ttlSeconds":30}`, `{"token":""}`, `{"ttlSeconds":"30"}`, `{"token":` + strings.Repeat("[", 100), `{"token":"a","phase":"ddl"}`, `{"token":"a","phase":"DDL"}`} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, e := decodeRenew(body)
+		req, phase, e := decodeRenew(body, leases.KindMigration)
 		if e != nil {
 			if e.status != 400 || e.code != "bad_request" {
 				t.Fatalf("rejection is not a 400: %+v", e)
@@ -58,6 +59,9 @@ func FuzzDecodeRenew(f *testing.F) {
 		}
 		if len(req.Token) > 1024 {
 			t.Fatal("accepted an oversized token")
+		}
+		if _, ok := leases.ParsePhase(string(phase)); phase != "" && !ok {
+			t.Fatalf("accepted phase %q", phase)
 		}
 	})
 }

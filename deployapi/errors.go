@@ -145,6 +145,12 @@ func (e *apiError) headers(h http.Header) {
 	if e.retryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(e.retryAfter))
 	}
+	if e.code == codeNotLeader {
+		// A follower must not keep the caller's connection: a Service
+		// picks a backend per connection, so a kept-alive one would stay
+		// pinned to this replica (DESIGN §3, "Leader routing").
+		h.Set("Connection", "close")
+	}
 }
 
 // formatTime is the wire form of a timestamp: RFC 3339 in UTC with Z.

@@ -54,6 +54,10 @@ func TestMain(m *testing.M) {
 			cancel()
 			return nil, err
 		}
+		if err := c.List(ctx, &v1.MysqlFailoverGroupList{}); err != nil {
+			cancel()
+			return nil, err
+		}
 		leaseCache = c
 		return cancel, nil
 	}))
@@ -121,7 +125,7 @@ func (f *fixture) newServer() *Server {
 		Leases:    f.store,
 		Log:       funcr.NewJSON(func(obj string) { f.logs.add(obj) }, funcr.Options{}),
 		Metrics:   reg,
-		Groups:    env.Client,
+		Groups:    leaseCache,
 	})
 	if err != nil {
 		f.t.Fatal(err)

@@ -25,11 +25,18 @@ type leaseBody struct {
 	ExpiresAt          string `json:"expiresAt"`
 	TopologyGeneration int64  `json:"topologyGeneration"`
 	TTLSeconds         int64  `json:"ttlSeconds"`
+	// Phase, on the migration lease only: the phase the record holds
+	// (additive, DESIGN §3 PUT row).
+	Phase string `json:"phase,omitempty"`
 }
 
 func bodyOf(rec *leases.Record) leaseBody {
-	return leaseBody{Kind: string(rec.Kind), OperationID: rec.OperationID, Instance: rec.Instance,
+	b := leaseBody{Kind: string(rec.Kind), OperationID: rec.OperationID, Instance: rec.Instance,
 		ExpiresAt: formatTime(rec.ExpiresAt), TopologyGeneration: rec.Generation, TTLSeconds: rec.TTLSeconds}
+	if rec.Kind == leases.KindMigration {
+		b.Phase = string(rec.Phase.Effective())
+	}
+	return b
 }
 
 type grantJSON struct {
@@ -113,7 +120,9 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGro
 		Instance: c.instance, Identity: c.identity.Username(), Generation: g.Status.TopologyGeneration,
 		TTLSeconds: policy.ClampTTL(c.ttl.ptr(), policy.DefaultTTLSeconds)}
 	if outcome == policy.OutcomeRegrant && target != nil {
-		grant.HeldSince = target.Record.HeldSince // a re-grant continues the operation's tenure
+		// A re-grant continues the operation's tenure, and keeps the phase
+		// it reached.
+		grant.HeldSince, grant.Phase = target.Record.HeldSince, target.Record.Phase
 	}
 	rec := leases.NewGrant(grant, leases.HashToken(token), now)
 	written, err := s.leases.Put(ctx, g, name, target, rec)

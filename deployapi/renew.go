@@ -49,7 +49,7 @@ func (s *Server) renew(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 			}
 		}
 		now := s.clock.Now()
-		d := policy.DecideRenew(policy.RenewInput{Kind: c.kind, OperationID: c.operationID, Token: c.token, TTLSeconds: c.ttl.ptr(),
+		d := policy.DecideRenew(policy.RenewInput{Kind: c.kind, OperationID: c.operationID, Token: c.token, TTLSeconds: c.ttl.ptr(), Phase: c.phase,
 			Group: groupView(g), Record: own, Migration: mig, Tombstone: tomb, Now: now})
 		switch d.Outcome {
 		case policy.OutcomeRenew:

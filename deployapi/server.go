@@ -106,6 +106,7 @@ func New(cfg Config) (*Server, error) {
 	r.HandleOPTIONS = false
 	r.GET("/deploy/v1/groups/:group", s.wrap(route{"get_group", parseGetGroup, s.getGroup}))
 	r.POST("/deploy/v1/groups/:group/leases", s.wrap(route{"grant", parseGrant, s.grant}))
+	r.GET("/deploy/v1/groups/:group/leases/:kind/:operationId", s.wrap(route{"get_lease", parseWatch, s.watch}))
 	r.PUT("/deploy/v1/groups/:group/leases/:kind/:operationId", s.wrap(route{"renew", parseRenew, s.renew}))
 	r.DELETE("/deploy/v1/groups/:group/leases/:kind/:operationId", s.wrap(route{"release", parseRelease, s.release}))
 	notAllowed := s.wrap(route{name: "method_not_allowed", parse: refuse(errMethodNotAllowed)})

@@ -72,6 +72,10 @@ type Record struct {
 	// and defers nothing (HoldLive). Zero on records written before it
 	// existed.
 	HeldSince time.Time `json:"heldSince,omitzero"`
+	// Phase, on a migration mutex: how far the operation's command got
+	// (the DDL boundary), as its renewals reported it. Empty is PhasePreDDL.
+	// It only moves forward, and a re-grant keeps it.
+	Phase Phase `json:"phase,omitempty"`
 	// EndedAt is when a released record was released; zero otherwise.
 	EndedAt   time.Time `json:"endedAt,omitzero"`
 	TokenHash string    `json:"tokenHash,omitempty"`

@@ -14,6 +14,9 @@ type Grant struct {
 	// re-grant continues. Zero for a create or take-over, which starts a
 	// new tenure at the grant.
 	HeldSince time.Time
+	// Phase, for a re-grant of the migration mutex: the phase the
+	// operation had reached. A re-grant never moves it back.
+	Phase Phase
 }
 
 // NewGrant is the record of a grant (new, take-over or re-grant) at now: a
@@ -26,13 +29,23 @@ func NewGrant(g Grant, tokenHash string, now time.Time) Record {
 	return Record{
 		Group: g.Group, GroupUID: g.GroupUID, Kind: g.Kind, OperationID: g.OperationID, Instance: g.Instance,
 		Identity: g.Identity, State: StateActive, Generation: g.Generation, TTLSeconds: g.TTLSeconds,
-		ExpiresAt: ExpiryAt(now, g.TTLSeconds), GrantedAt: now, RenewedAt: now, HeldSince: held, TokenHash: tokenHash,
+		ExpiresAt: ExpiryAt(now, g.TTLSeconds), GrantedAt: now, RenewedAt: now, HeldSince: held, Phase: g.Phase, TokenHash: tokenHash,
 	}
 }
 
 // Renewed is r renewed at now for ttl seconds.
 func (r Record) Renewed(ttlSeconds int64, now time.Time) Record {
 	r.TTLSeconds, r.RenewedAt, r.ExpiresAt = ttlSeconds, now, ExpiryAt(now, ttlSeconds)
+	return r
+}
+
+// Advanced is r with its phase moved to p, if p is further along; a phase
+// never moves back (a late or repeated renewal cannot undo the DDL
+// boundary).
+func (r Record) Advanced(p Phase) Record {
+	if p != "" && !r.Phase.After(p) {
+		r.Phase = p
+	}
 	return r
 }
 

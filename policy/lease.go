@@ -228,7 +228,10 @@ type RenewInput struct {
 	// TTLSeconds is the caller's ttlSeconds, nil when omitted (the lease
 	// keeps its ttl).
 	TTLSeconds *int64
-	Group      GroupView
+	// Phase is the renewal's phase, empty when omitted (migration only;
+	// the record keeps the furthest phase reported).
+	Phase leases.Phase
+	Group GroupView
 	// Record is the operation's record of Kind, nil when the object does not
 	// exist, records another operation, or belongs to another incarnation of
 	// the group.
@@ -271,7 +274,7 @@ func DecideRenew(in RenewInput) Decision {
 	case in.Group.unstableFor(in.Kind):
 		return Decision{Outcome: OutcomeUnstable}
 	}
-	next := r.Renewed(ClampTTL(in.TTLSeconds, r.TTLSeconds), in.Now)
+	next := r.Renewed(ClampTTL(in.TTLSeconds, r.TTLSeconds), in.Now).Advanced(in.Phase)
 	return Decision{Outcome: OutcomeRenew, Next: &next}
 }
 

@@ -1,0 +1,222 @@
+package deployapi
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/policy"
+)
+
+// GET /deploy/v1/groups/{group}/leases/{kind}/{operationId}: the lease's
+// state, as a renewal would answer it but without renewing; with
+// `Prefer: wait=N` the answer is held until the lease stops being the
+// caller's or N seconds pass (DESIGN §3, "Watching a lease").
+
+// maxWatchWait bounds Prefer: wait=N.
+const maxWatchWait = 60 * time.Second
+
+// watchPoll is how often a held request looks at the operator's caches. A
+// look at a cache costs the API server nothing; only a change the caches
+// show is confirmed on fresh reads before it is answered.
+const watchPoll = 200 * time.Millisecond
+
+// watchReconfirm bounds how often a held request re-reads the API server
+// when the caches keep showing a change that fresh reads do not (a cache
+// that lags): again at once when a cached object changes, else after this.
+const watchReconfirm = time.Second
+
+// parseWatch: the lease path, the X-Lease-Token header and Prefer: wait=N.
+func parseWatch(r *http.Request, ps httprouter.Params, c *call) *apiError {
+	if e := parseLeasePath(ps, c); e != nil {
+		return e
+	}
+	c.token = r.Header.Get("X-Lease-Token")
+	c.wait = preferWait(r.Header.Values("Prefer"))
+	return nil
+}
+
+// preferWait reads the wait preference of RFC 7240 (`Prefer: wait=N`, N
+// seconds), bounded to maxWatchWait. Other preferences and a malformed wait
+// are ignored, as the RFC asks: the request is then answered at once.
+func preferWait(values []string) time.Duration {
+	for _, v := range values {
+		for _, pref := range strings.Split(v, ",") {
+			name, val, found := strings.Cut(strings.TrimSpace(pref), "=")
+			if !found || !strings.EqualFold(strings.TrimSpace(name), "wait") {
+				continue
+			}
+			val, _, _ = strings.Cut(val, ";")
+			n, err := strconv.ParseInt(strings.Trim(strings.TrimSpace(val), `"`), 10, 64)
+			if err != nil || n <= 0 {
+				return 0
+			}
+			return min(time.Duration(n)*time.Second, maxWatchWait)
+		}
+	}
+	return 0
+}
+
+// watch answers the lease's state; held, it answers once the state is no
+// longer a 200 (confirmed on fresh reads), when the wait ends (200, the
+// lease as it stands), when this replica stops leading (503), or when the
+// caller goes away. It never writes.
+func (s *Server) watch(r *http.Request, c *call, g *v1.MysqlFailoverGroup) result {
+	ctx := r.Context()
+	res := s.leaseAnswer(ctx, c, g)
+	if res.status != http.StatusOK || c.wait <= 0 {
+		return res
+	}
+	deadline := s.clock.Now().Add(c.wait)
+	tick := time.NewTicker(watchPoll)
+	defer tick.Stop()
+	var lastAlarm watchMark
+	var lastConfirm time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		case <-tick.C:
+		}
+		if !s.cfg.IsLeader() {
+			return fail(errNotLeader)
+		}
+		now := s.clock.Now()
+		cached, mark := s.cachedLeaseState(ctx, c, g)
+		if cached {
+			if !now.Before(deadline) {
+				return res
+			}
+			continue
+		}
+		// The caches say the lease stopped being the caller's. Confirm on
+		// fresh reads; a cache that lags is asked again only once it
+		// changes, or after watchReconfirm.
+		if mark == lastAlarm && now.Sub(lastConfirm) < watchReconfirm {
+			continue
+		}
+		lastAlarm, lastConfirm = mark, now
+		fresh, err := s.rereadGroup(ctx, g)
+		if err != nil {
+			return fail(err)
+		}
+		g = fresh
+		if res = s.leaseAnswer(ctx, c, g); res.status != http.StatusOK || !now.Before(deadline) {
+			return res
+		}
+	}
+}
+
+// watchMark identifies what the caches showed: the resourceVersions of the
+// group and of the lease objects the state was decided on.
+type watchMark struct{ group, lease, migration string }
+
+// cachedLeaseState decides on the operator's caches alone whether the lease
+// is still the caller's (true), and what it decided on. It reads nothing
+// from the API server. A cache that cannot be read counts as a change, to
+// be confirmed.
+func (s *Server) cachedLeaseState(ctx context.Context, c *call, g *v1.MysqlFailoverGroup) (bool, watchMark) {
+	cg := &v1.MysqlFailoverGroup{}
+	if err := s.groupCache().Get(ctx, client.ObjectKeyFromObject(g), cg); err != nil || cg.UID != g.UID {
+		return false, watchMark{}
+	}
+	if cg.Status.TopologyGeneration < g.Status.TopologyGeneration {
+		cg = g // the cache lags the request's own fresh view
+	}
+	obj, own, err := s.leases.GetOwn(ctx, cg, c.kind, c.operationID, false)
+	if err != nil {
+		return false, watchMark{}
+	}
+	mark := watchMark{group: cg.ResourceVersion}
+	if obj != nil {
+		mark.lease = obj.Lease.ResourceVersion
+	}
+	var mig *leases.Record
+	if c.kind == leases.KindFailoverHold && own != nil {
+		o, err := s.leases.Get(ctx, cg.Namespace, leases.MigrationName(cg.Name), false)
+		if err != nil {
+			return false, mark
+		}
+		if o != nil {
+			mark.migration = o.Lease.ResourceVersion
+		}
+		mig = leasestore.RecordOf(o)
+	}
+	d := policy.DecideRenew(policy.RenewInput{Kind: c.kind, OperationID: c.operationID, Token: c.token,
+		Group: groupView(cg), Record: own, Migration: mig, Now: s.clock.Now()})
+	return stillHeld(d.Outcome), mark
+}
+
+// groupCache is where a held request looks at the group: the cached reader
+// of Config.Groups, or (without one) the API server.
+func (s *Server) groupCache() client.Reader {
+	if s.cfg.Groups != nil {
+		return s.cfg.Groups
+	}
+	return s.api
+}
+
+// stillHeld: the outcomes of a renewal decision under which the lease is
+// still the caller's. 423 is a refusal to renew, not an end of the lease.
+func stillHeld(o policy.LeaseOutcome) bool {
+	return o == policy.OutcomeRenew || o == policy.OutcomeUnstable || o == policy.OutcomeStaleView
+}
+
+// leaseAnswer is the lease's state as the contract answers it, decided on
+// the cached lease and confirmed on fresh reads before any answer but 200.
+// g is the request's fresh view of the group.
+func (s *Server) leaseAnswer(ctx context.Context, c *call, g *v1.MysqlFailoverGroup) result {
+	var res result
+	err := leasestore.Optimistic(func(fresh bool) error {
+		_, own, err := s.leases.GetOwn(ctx, g, c.kind, c.operationID, fresh)
+		if err != nil {
+			return err
+		}
+		if own != nil {
+			res.instance = own.Instance
+		}
+		var mig *leases.Record
+		if c.kind == leases.KindFailoverHold && own != nil {
+			o, err := s.leases.Get(ctx, g.Namespace, leases.MigrationName(g.Name), fresh)
+			if err != nil {
+				return err
+			}
+			mig = leasestore.RecordOf(o)
+		}
+		var tomb *leases.Record
+		if own == nil && fresh {
+			if tomb, err = s.leases.Tombstone(ctx, g, c.operationID); err != nil {
+				return err
+			}
+		}
+		d := policy.DecideRenew(policy.RenewInput{Kind: c.kind, OperationID: c.operationID, Token: c.token,
+			Group: groupView(g), Record: own, Migration: mig, Tombstone: tomb, Now: s.clock.Now()})
+		switch {
+		case d.Outcome == policy.OutcomeStaleView:
+			return s.staleView(ctx, &g)
+		case d.Outcome == policy.OutcomeRenew || d.Outcome == policy.OutcomeUnstable:
+			res.status, res.body = http.StatusOK, bodyOf(own)
+			return nil
+		case confirmedOnly(d.Outcome) && !fresh:
+			return leasestore.ErrStale
+		}
+		// The fence (a generation older than the group's, even before the
+		// tombstone is written) and the confirmed refusals.
+		if e := refusal(d, g.Status.TopologyGeneration); e != nil {
+			return e
+		}
+		return nil
+	})
+	if err != nil {
+		res.err = err
+	}
+	return res
+}

@@ -1,0 +1,287 @@
+package deployapi
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
+)
+
+// watchLease sends the lease GET, held for wait seconds when wait > 0.
+func (f *fixture) watchLease(s *Server, kind, op, token string, wait int) response {
+	f.t.Helper()
+	h := []string{"X-Lease-Token", token}
+	if wait > 0 {
+		h = append(h, "Prefer", "wait="+strconv.Itoa(wait))
+	}
+	return f.doWith(s, http.MethodGet, leasePath(kind, op), f.token, nil, h...)
+}
+
+// The lease GET answers as a renewal would, and renews nothing.
+func TestLeaseGetAnswersTheLeaseWithoutRenewing(t *testing.T) {
+	f := newFixture(t)
+	g := f.grant("migration", "op-get", http.StatusCreated)
+	tok := g.str("token")
+	waitCached(t, f, leases.MigrationName("playground"), g)
+	f.clock.Step(2 * time.Second)
+	r := f.watchLease(f.srv, "migration", "op-get", tok, 0)
+	if r.status != http.StatusOK || r.str("expiresAt") != g.str("expiresAt") || r.str("phase") != "pre-ddl" || r.num("topologyGeneration") != 1 {
+		t.Fatalf("GET: %d %s; want 200 with the grant's expiresAt %s", r.status, r.raw, g.str("expiresAt"))
+	}
+	obj, err := f.store.Get(f.ctx, f.groupNS, leases.MigrationName("playground"), true)
+	if err != nil || !obj.Record.RenewedAt.Equal(obj.Record.GrantedAt) {
+		t.Fatalf("the GET renewed the lease: %+v %v", obj, err)
+	}
+	expectError(t, f.watchLease(f.srv, "migration", "op-get", "wrong", 0), http.StatusForbidden, "token_mismatch")
+	expectError(t, f.watchLease(f.srv, "migration", "op-unknown", tok, 0), http.StatusNotFound, "not_found")
+	expectError(t, f.watchLease(f.srv, "failover-hold", "op-get", tok, 0), http.StatusNotFound, "not_found")
+}
+
+// A held lease GET answers within a second of each way the lease stops
+// being the caller's, and a wait that ends answers the lease as it stands.
+func TestHeldLeaseGetAnswersWithinASecondOfTheEnd(t *testing.T) {
+	cases := []struct {
+		name       string
+		kind       string
+		end        func(f *fixture, tok string)
+		status     int
+		code       string
+		wantReason string
+	}{
+		{name: "new generation", kind: "migration", status: http.StatusConflict, code: "revoked", wantReason: "topology_changed",
+			end: func(f *fixture, _ string) { f.setStatus(func(s *v1.MysqlFailoverGroupStatus) { s.TopologyGeneration++ }) }},
+		{name: "revocation", kind: "migration", status: http.StatusConflict, code: "revoked", wantReason: "operator_revoked",
+			end: func(f *fixture, _ string) {
+				if _, err := f.store.Revoke(f.ctx, f.group, "op-w", leases.ReasonOperatorRevoked); err != nil {
+					f.t.Fatal(err)
+				}
+			}},
+		{name: "re-grant with another token", kind: "migration", status: http.StatusForbidden, code: "token_mismatch",
+			end: func(f *fixture, _ string) { f.grant("migration", "op-w", http.StatusOK) }},
+		{name: "release", kind: "migration", status: http.StatusNotFound, code: "not_found",
+			end: func(f *fixture, tok string) {
+				if r := f.do(http.MethodDelete, leasePath("migration", "op-w"), f.token, nil, "X-Lease-Token", tok); r.status != http.StatusNoContent {
+					f.t.Fatalf("release: %d %s", r.status, r.raw)
+				}
+			}},
+		{name: "expiry", kind: "migration", status: http.StatusNotFound, code: "not_found",
+			end: func(f *fixture, _ string) { f.clock.Step(31 * time.Second) }},
+		{name: "hold: its mutex released", kind: "failover-hold", status: http.StatusNotFound, code: "not_found",
+			end: func(f *fixture, _ string) {
+				obj, err := f.store.Get(f.ctx, f.groupNS, leases.MigrationName("playground"), true)
+				if err != nil {
+					f.t.Fatal(err)
+				}
+				if _, err := f.store.Update(f.ctx, f.group, obj, obj.Record.Released(f.clock.Now())); err != nil {
+					f.t.Fatal(err)
+				}
+			}},
+		{name: "hold: its mutex revoked", kind: "failover-hold", status: http.StatusConflict, code: "revoked", wantReason: "topology_changed",
+			end: func(f *fixture, _ string) { f.setStatus(func(s *v1.MysqlFailoverGroupStatus) { s.TopologyGeneration++ }) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			m := f.grant("migration", "op-w", http.StatusCreated)
+			tok := m.str("token")
+			if tc.kind == "failover-hold" {
+				waitCached(t, f, leases.MigrationName("playground"), m)
+				h := f.grant("failover-hold", "op-w", http.StatusCreated)
+				tok = h.str("token")
+				waitCached(t, f, leases.LeaseName(leases.KindFailoverHold, "playground", "op-w"), h)
+			} else {
+				waitCached(t, f, leases.MigrationName("playground"), m)
+			}
+			answered := make(chan response, 1)
+			go func() { answered <- f.watchLease(f.srv, tc.kind, "op-w", tok, 30) }()
+			select {
+			case r := <-answered:
+				t.Fatalf("answered before the end: %d %s", r.status, r.raw)
+			case <-time.After(700 * time.Millisecond):
+			}
+			ended := time.Now()
+			tc.end(f, m.str("token"))
+			var r response
+			select {
+			case r = <-answered:
+			case <-time.After(5 * time.Second):
+				t.Fatal("no answer 5 s after the end")
+			}
+			took := time.Since(ended)
+			expectError(t, r, tc.status, tc.code)
+			if tc.wantReason != "" && r.str("reason") != tc.wantReason {
+				t.Fatalf("reason %q, want %q: %s", r.str("reason"), tc.wantReason, r.raw)
+			}
+			if took > time.Second {
+				t.Fatalf("answered %s after the end, want within 1 s", took)
+			}
+			t.Logf("answered %s after the end", took.Round(time.Millisecond))
+		})
+	}
+}
+
+// A held lease GET answers 503 not_leader, with Connection: close, once its
+// replica stops leading; and the wait's end answers the lease.
+func TestHeldLeaseGetEndsWithLeadershipAndWithItsWait(t *testing.T) {
+	f := newFixture(t)
+	g := f.grant("migration", "op-l", http.StatusCreated)
+	waitCached(t, f, leases.MigrationName("playground"), g)
+	answered := make(chan response, 1)
+	go func() { answered <- f.watchLease(f.srv, "migration", "op-l", g.str("token"), 30) }()
+	time.Sleep(500 * time.Millisecond)
+	f.leader.Store(false)
+	select {
+	case r := <-answered:
+		expectError(t, r, http.StatusServiceUnavailable, "not_leader")
+		if r.header.Get("Connection") != "close" {
+			t.Fatalf("not_leader without Connection: close: %v", r.header)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("a held request outlived its replica's leadership")
+	}
+	f.leader.Store(true)
+
+	go func() { answered <- f.watchLease(f.srv, "migration", "op-l", g.str("token"), 2) }()
+	time.Sleep(500 * time.Millisecond)
+	f.clock.Step(2 * time.Second) // the wait is measured on the server's clock
+	select {
+	case r := <-answered:
+		if r.status != http.StatusOK || r.str("operationId") != "op-l" {
+			t.Fatalf("the wait ended with %d %s, want 200 and the lease", r.status, r.raw)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the wait did not end")
+	}
+}
+
+// A held lease GET costs the API server nothing while it waits: no request
+// from the API's clients (counted at the client), and no change in the API
+// server's own apiserver_request_total for the resources the API reads.
+func TestHeldLeaseGetCostsTheAPIServerNothingWhileItWaits(t *testing.T) {
+	f := newFixture(t)
+	log := &requestLog{}
+	s := f.countingServer(t, log)
+	g := f.grant("migration", "op-c", http.StatusCreated)
+	waitCached(t, f, leases.MigrationName("playground"), g)
+	answered := make(chan response, 1)
+	go func() { answered <- f.watchLease(s, "migration", "op-c", g.str("token"), 30) }()
+	time.Sleep(700 * time.Millisecond) // authentication, authorization and the first answer
+	log.take()
+	before := apiserverRequests(t)
+	time.Sleep(3 * time.Second)
+	after := apiserverRequests(t)
+	if reqs := log.take(); len(reqs) != 0 {
+		t.Fatalf("a held request made %d API-server requests while it waited: %v", len(reqs), reqs)
+	}
+	for _, res := range []string{"mysqlfailovergroups", "mysqldatabases", "tokenreviews"} {
+		if d := after[res] - before[res]; d != 0 {
+			t.Fatalf("apiserver_request_total{resource=%q} grew by %v while a request was held", res, d)
+		}
+	}
+	t.Logf("API-server requests while held for 3 s: 0 (client side); apiserver_request_total delta 0 for groups, databases, tokenreviews")
+	f.setStatus(func(st *v1.MysqlFailoverGroupStatus) { st.TopologyGeneration++ })
+	select {
+	case r := <-answered:
+		expectError(t, r, http.StatusConflict, "revoked")
+	case <-time.After(3 * time.Second):
+		t.Fatal("no answer after the move")
+	}
+}
+
+// apiserverRequests is apiserver_request_total by resource, WATCH requests
+// (the informers' own) left out.
+func apiserverRequests(t *testing.T) map[string]float64 {
+	t.Helper()
+	raw, err := env.Kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keep strings.Builder
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "apiserver_request_total") || strings.HasPrefix(line, "# TYPE apiserver_request_total ") {
+			keep.WriteString(line + "\n")
+		}
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(keep.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, m := range fams["apiserver_request_total"].GetMetric() {
+		var res, verb string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "resource":
+				res = l.GetValue()
+			case "verb":
+				verb = l.GetValue()
+			}
+		}
+		if verb != "WATCH" {
+			out[res] += m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// A migration renewal records its phase; phases only move forward; a phase
+// is for the migration lease only.
+func TestRenewalRecordsThePhaseForwardOnly(t *testing.T) {
+	f := newFixture(t)
+	m := f.grant("migration", "op-p", http.StatusCreated)
+	tok := m.str("token")
+	waitCached(t, f, leases.MigrationName("playground"), m)
+	h := f.grant("failover-hold", "op-p", http.StatusCreated)
+	put := func(kind, token string, phase any) response {
+		body := map[string]any{"token": token}
+		if phase != nil {
+			body["phase"] = phase
+		}
+		return f.do(http.MethodPut, leasePath(kind, "op-p"), f.token, body)
+	}
+	stored := func() leases.Phase {
+		obj, err := f.store.Get(f.ctx, f.groupNS, leases.MigrationName("playground"), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return obj.Record.Phase
+	}
+	for _, step := range []struct {
+		send any
+		want leases.Phase
+	}{
+		{nil, ""}, {"pre-ddl", leases.PhasePreDDL}, {"ddl", leases.PhaseDDL}, {"pre-ddl", leases.PhaseDDL}, {nil, leases.PhaseDDL}, {"done", leases.PhaseDone}, {"ddl", leases.PhaseDone},
+	} {
+		r := put("migration", tok, step.send)
+		if r.status != http.StatusOK {
+			t.Fatalf("renew with phase %v: %d %s", step.send, r.status, r.raw)
+		}
+		if got := stored(); got != step.want {
+			t.Fatalf("after phase %v the record says %q, want %q", step.send, got, step.want)
+		}
+		if r.str("phase") != string(step.want.Effective()) {
+			t.Fatalf("after phase %v the answer says %q, want %q", step.send, r.str("phase"), step.want.Effective())
+		}
+		waitCacheCurrent(t, f, leases.MigrationName("playground"))
+	}
+	expectError(t, put("migration", tok, "DDL"), http.StatusBadRequest, "bad_request")
+	expectError(t, put("migration", tok, 1), http.StatusBadRequest, "bad_request")
+	expectError(t, put("failover-hold", h.str("token"), "ddl"), http.StatusBadRequest, "bad_request")
+	if got := stored(); got != leases.PhaseDone {
+		t.Fatalf("a refused renewal changed the phase to %q", got)
+	}
+	// A re-grant keeps the phase the operation reached.
+	f.grant("migration", "op-p", http.StatusOK)
+	if got := stored(); got != leases.PhaseDone {
+		t.Fatalf("a re-grant reset the phase to %q", got)
+	}
+}
