@@ -57,7 +57,9 @@ func TestHeldLeaseGetAnswersWithinASecondOfTheEnd(t *testing.T) {
 		wantReason string
 	}{
 		{name: "new generation", kind: "migration", status: http.StatusConflict, code: "revoked", wantReason: "topology_changed",
-			end: func(f *fixture, _ string) { f.setStatus(func(s *v1.MysqlFailoverGroupStatus) { s.TopologyGeneration++ }) }},
+			end: func(f *fixture, _ string) {
+				f.setStatus(func(s *v1.MysqlFailoverGroupStatus) { s.TopologyGeneration++ })
+			}},
 		{name: "revocation", kind: "migration", status: http.StatusConflict, code: "revoked", wantReason: "operator_revoked",
 			end: func(f *fixture, _ string) {
 				if _, err := f.store.Revoke(f.ctx, f.group, "op-w", leases.ReasonOperatorRevoked); err != nil {
@@ -85,7 +87,9 @@ func TestHeldLeaseGetAnswersWithinASecondOfTheEnd(t *testing.T) {
 				}
 			}},
 		{name: "hold: its mutex revoked", kind: "failover-hold", status: http.StatusConflict, code: "revoked", wantReason: "topology_changed",
-			end: func(f *fixture, _ string) { f.setStatus(func(s *v1.MysqlFailoverGroupStatus) { s.TopologyGeneration++ }) }},
+			end: func(f *fixture, _ string) {
+				f.setStatus(func(s *v1.MysqlFailoverGroupStatus) { s.TopologyGeneration++ })
+			}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
