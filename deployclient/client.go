@@ -36,6 +36,21 @@ const (
 	CodeUnstable         = "unstable"
 	CodeNotLeader        = "not_leader"
 	CodeUnavailable      = "unavailable"
+	// CodeVerificationRequired: a migration grant for an instance whose last
+	// run lost authority past its DDL boundary (DESIGN §5).
+	CodeVerificationRequired = "verification_required"
+	CodeMethodNotAllowed     = "method_not_allowed"
+)
+
+// Phase is how far a migration's command got, as a renewal reports it
+// (DESIGN §3 PUT row): pre-ddl, ddl or done. Phases only move forward.
+type Phase string
+
+// Phases of a migration, in order. The empty Phase sends none.
+const (
+	PhasePreDDL Phase = "pre-ddl"
+	PhaseDDL    Phase = "ddl"
+	PhaseDone   Phase = "done"
 )
 
 // Config says where the deployment API is and how to trust and authenticate
@@ -137,6 +152,8 @@ type APIError struct {
 	Holder     *Holder
 	Reason     string
 	Generation int64
+	// OperationID names the gated operation of 409 verification_required.
+	OperationID string
 	// RetryAfter is from retryAfterSeconds or the Retry-After header.
 	RetryAfter time.Duration
 }
@@ -146,6 +163,8 @@ func (e *APIError) Error() string {
 	switch {
 	case e.Code == CodeRevoked:
 		s += fmt.Sprintf(" (reason %s, group generation %d)", e.Reason, e.Generation)
+	case e.Code == CodeVerificationRequired:
+		s += fmt.Sprintf(" (operation %s lost authority past its DDL boundary at generation %d; a person must verify the schema)", e.OperationID, e.Generation)
 	case e.Holder != nil:
 		s += fmt.Sprintf(" (by operation %s, instance %s, until %s)", e.Holder.OperationID, e.Holder.Instance, e.Holder.ExpiresAt)
 	case e.Message != "":
@@ -194,6 +213,11 @@ type Lease struct {
 	ExpiresAt          string `json:"expiresAt"`
 	TopologyGeneration int64  `json:"topologyGeneration"`
 	TTLSeconds         int64  `json:"ttlSeconds"`
+	// Phase is the migration lease's recorded phase; empty from an operator
+	// that does not record phases.
+	Phase Phase `json:"phase,omitempty"`
+	// Namespace is the group's namespace, when the operator names it.
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // Grant is a grant's answer: the lease and its token. Created is false for a
@@ -260,7 +284,7 @@ type Listed struct {
 // Observe reads the group. The observation grants nothing.
 func (c *Client) Observe(ctx context.Context, group string) (*Group, error) {
 	var g Group
-	if _, err := c.do(ctx, http.MethodGet, groupPath(group), nil, nil, &g); err != nil {
+	if _, err := c.do(ctx, c.timeout, http.MethodGet, groupPath(group), nil, nil, &g); err != nil {
 		return nil, err
 	}
 	return &g, nil
@@ -270,7 +294,7 @@ func (c *Client) Observe(ctx context.Context, group string) (*Group, error) {
 // a new token, and the previous one stops working.
 func (c *Client) Grant(ctx context.Context, group string, req GrantRequest) (*Grant, error) {
 	var g Grant
-	status, err := c.do(ctx, http.MethodPost, groupPath(group)+"/leases", req, nil, &g)
+	status, err := c.do(ctx, c.timeout, http.MethodPost, groupPath(group)+"/leases", req, nil, &g)
 	if err != nil {
 		return nil, err
 	}
@@ -278,14 +302,36 @@ func (c *Client) Grant(ctx context.Context, group string, req GrantRequest) (*Gr
 	return &g, nil
 }
 
-// Renew renews a lease; ttlSeconds 0 keeps the lease's ttl.
-func (c *Client) Renew(ctx context.Context, group, kind, operationID, token string, ttlSeconds int64) (*Lease, error) {
+// Renew renews a lease; ttlSeconds 0 keeps the lease's ttl. phase, on the
+// migration lease, reports how far the command got; empty sends none.
+func (c *Client) Renew(ctx context.Context, group, kind, operationID, token string, ttlSeconds int64, phase Phase) (*Lease, error) {
 	body := struct {
 		Token      string `json:"token"`
 		TTLSeconds int64  `json:"ttlSeconds,omitempty"`
-	}{token, ttlSeconds}
+		Phase      Phase  `json:"phase,omitempty"`
+	}{token, ttlSeconds, phase}
 	var l Lease
-	if _, err := c.do(ctx, http.MethodPut, leasePath(group, kind, operationID), body, nil, &l); err != nil {
+	if _, err := c.do(ctx, c.timeout, http.MethodPut, leasePath(group, kind, operationID), body, nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// MaxWatchWait is the longest wait the lease GET takes (Prefer: wait=N).
+const MaxWatchWait = 60 * time.Second
+
+// Watch reads a lease without renewing it. With wait > 0 the server holds
+// the answer until the lease stops being the caller's (the error its state
+// calls for: 404, 403 token_mismatch, 409 revoked) or wait passes (the
+// lease as it stands). It never renews.
+func (c *Client) Watch(ctx context.Context, group, kind, operationID, token string, wait time.Duration) (*Lease, error) {
+	wait = min(max(wait, 0), MaxWatchWait)
+	hdr := http.Header{"X-Lease-Token": {token}}
+	if secs := int64(wait / time.Second); secs > 0 {
+		hdr.Set("Prefer", "wait="+strconv.FormatInt(secs, 10))
+	}
+	var l Lease
+	if _, err := c.do(ctx, wait+c.timeout, http.MethodGet, leasePath(group, kind, operationID), nil, hdr, &l); err != nil {
 		return nil, err
 	}
 	return &l, nil
@@ -294,7 +340,7 @@ func (c *Client) Renew(ctx context.Context, group, kind, operationID, token stri
 // Release releases a lease. An absent, expired or revoked lease is released
 // already (204).
 func (c *Client) Release(ctx context.Context, group, kind, operationID, token string) error {
-	_, err := c.do(ctx, http.MethodDelete, leasePath(group, kind, operationID), nil, http.Header{"X-Lease-Token": {token}}, nil)
+	_, err := c.do(ctx, c.timeout, http.MethodDelete, leasePath(group, kind, operationID), nil, http.Header{"X-Lease-Token": {token}}, nil)
 	return err
 }
 
@@ -330,7 +376,7 @@ func looksLikeAToken(path string) bool {
 // maxResponse bounds what the client reads of an answer.
 const maxResponse = 1 << 20
 
-func (c *Client) do(ctx context.Context, method, path string, in any, hdr http.Header, out any) (int, error) {
+func (c *Client) do(ctx context.Context, timeout time.Duration, method, path string, in any, hdr http.Header, out any) (int, error) {
 	token, err := ReadToken(c.tokenFile)
 	if err != nil {
 		return 0, err
@@ -343,7 +389,7 @@ func (c *Client) do(ctx context.Context, method, path string, in any, hdr http.H
 		}
 		body = bytes.NewReader(b)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	u := *c.base
 	u.Path = path
@@ -378,7 +424,15 @@ func (c *Client) do(ctx context.Context, method, path string, in any, hdr http.H
 		}
 		return resp.StatusCode, nil
 	}
-	return resp.StatusCode, decodeError(resp, raw)
+	ae := decodeError(resp, raw)
+	if ae.Code == CodeNotLeader {
+		// A Service picks a backend per connection: a kept-alive one to a
+		// follower would stay pinned to it. The follower closes it
+		// (Connection: close); drop every idle one too, so the retry
+		// dials again and can land on the leader.
+		c.hc.CloseIdleConnections()
+	}
+	return resp.StatusCode, ae
 }
 
 func decodeError(resp *http.Response, raw []byte) *APIError {
@@ -389,13 +443,14 @@ func decodeError(resp *http.Response, raw []byte) *APIError {
 		Reason             string  `json:"reason"`
 		TopologyGeneration int64   `json:"topologyGeneration"`
 		RetryAfterSeconds  int64   `json:"retryAfterSeconds"`
+		OperationID        string  `json:"operationId"`
 	}
 	e := &APIError{Status: resp.StatusCode}
 	if err := json.Unmarshal(raw, &b); err != nil || b.Error == "" {
 		e.Code = "http_" + strconv.Itoa(resp.StatusCode)
 		e.Message = "the answer is not the deployment API's JSON (is the server URL right?)"
 	} else {
-		e.Code, e.Message, e.Holder, e.Reason, e.Generation = b.Error, b.Message, b.Holder, b.Reason, b.TopologyGeneration
+		e.Code, e.Message, e.Holder, e.Reason, e.Generation, e.OperationID = b.Error, b.Message, b.Holder, b.Reason, b.TopologyGeneration, b.OperationID
 	}
 	// A hint, bounded: a huge value must neither overflow nor park the
 	// client past any deadline it keeps.

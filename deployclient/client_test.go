@@ -33,7 +33,7 @@ func TestAnswersThatEndALease(t *testing.T) {
 		"a transport error is transient":               {fmt.Errorf("PUT /x: %w", errors.New("connection reset")), "", ""},
 	} {
 		t.Run(name, func(t *testing.T) {
-			lost := terminal(KindMigration, tc.err)
+			lost := terminalAnswer(KindMigration, tc.err)
 			if tc.wantCause == "" {
 				if lost != nil || !Transient(tc.err) {
 					t.Fatalf("terminal = %+v, Transient = %v; want a transient answer", lost, Transient(tc.err))
@@ -105,7 +105,7 @@ func FuzzDecodeAnswer(f *testing.F) {
 		e := decodeError(resp, body)
 		_ = e.Error()
 		_ = Transient(e)
-		_ = terminal(KindFailoverHold, e)
+		_ = terminalAnswer(KindFailoverHold, e)
 		if e.RetryAfter < 0 || e.RetryAfter > maxRetryAfterSeconds*time.Second {
 			t.Fatalf("Retry-After %v outside [0, %ds]", e.RetryAfter, maxRetryAfterSeconds)
 		}

@@ -4,13 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"k8s.io/utils/clock"
 )
 
 // DefaultTTL is the ttl a session asks for when none is given.
@@ -32,8 +28,8 @@ type SessionConfig struct {
 	Wait time.Duration
 	// Clock is the one clock of the session. Its Now must carry a monotonic
 	// reading (the real clock's does), so that deadlines are measured on the
-	// client's monotonic clock. Default clock.RealClock.
-	Clock clock.WithTicker
+	// client's monotonic clock. Default RealClock.
+	Clock Clock
 	// Progress receives lines a person can act on (waiting for a holder,
 	// retrying a refusal). Optional.
 	Progress func(msg string)
@@ -42,7 +38,27 @@ type SessionConfig struct {
 	// (the CLI sets it to its SIGTERM-to-SIGKILL grace). It is capped at a
 	// third of the granted ttl, the renewal interval. Default 0.
 	Margin time.Duration
+	// TakeOver lets the session take an operation that is live under
+	// another runner (the same operation id, another process): it renews
+	// the re-granted lease and waits TakeOverWait before Acquire returns,
+	// so the previous runner's work is past its deadline. Without it,
+	// Acquire fails with an *OperationLiveError.
+	TakeOver bool
+	// TakeOverWait is how long a take-over waits; default the maximum ttl,
+	// 120 s (the previous holder's deadline is at most one ttl after its
+	// last confirmed renewal, which came before the re-grant).
+	TakeOverWait time.Duration
+	// DDLStarted, when set, is asked before every renewal of the migration
+	// lease: true sends phase ddl (the CLI checks its DDL marker file).
+	// MarkDDL is the confirmed way to report the boundary.
+	DDLStarted func() bool
+	// NoWatch turns the lease GET off: the session learns of a loss at its
+	// renewals only.
+	NoWatch bool
 }
+
+// MaxTTL is the longest ttl the server grants.
+const MaxTTL = 120 * time.Second
 
 // Cause says why a lease was lost.
 type Cause string
@@ -129,6 +145,40 @@ type AcquireError struct {
 	Err       error
 }
 
+// Permanent reports a refusal that no retry of the same request can change:
+// 403 forbidden, 409 revoked, 409 verification_required.
+func (e *AcquireError) Permanent() bool {
+	var ae *APIError
+	if !errors.As(e.Err, &ae) {
+		return false
+	}
+	switch ae.Code {
+	case CodeForbidden, CodeRevoked, CodeVerificationRequired:
+		return true
+	}
+	return false
+}
+
+// OperationLiveError: the operation id is live under another runner, and
+// the session was not allowed to take it over (SessionConfig.TakeOver).
+type OperationLiveError struct {
+	OperationID, Instance string
+	// ExpiresAt is the live lease's expiry as the operator reported it.
+	ExpiresAt string
+	// ReGranted: this attempt's own grant found it (200, a re-grant), so the
+	// other runner's token no longer works. The re-granted lease is renewed
+	// to the maximum ttl and left to lapse, never released: no other
+	// operation can take the mutex while the other runner may still run.
+	ReGranted bool
+}
+
+func (e *OperationLiveError) Error() string {
+	if e.ReGranted {
+		return fmt.Sprintf("operation %s (instance %s) was live under another runner: this attempt's grant re-granted it, and the mutex is left to lapse in %s so that nothing overlaps the other runner's command; use a new operation id, or --take-over", e.OperationID, e.Instance, MaxTTL)
+	}
+	return fmt.Sprintf("operation %s (instance %s) is live under another runner until %s: not starting a second one; use a new operation id, wait for it, or --take-over", e.OperationID, e.Instance, e.ExpiresAt)
+}
+
 func (e *AcquireError) Error() string {
 	if e.WaitedOut {
 		return fmt.Sprintf("could not acquire the %s lease in time: %v", e.Kind, e.Err)
@@ -139,12 +189,24 @@ func (e *AcquireError) Error() string {
 func (e *AcquireError) Unwrap() error { return e.Err }
 
 // Session holds a group's migration mutex and the operation's failover-hold,
-// heartbeats both, and reports their loss once.
+// heartbeats and watches both, and reports their loss once.
 type Session struct {
 	cfg        SessionConfig
-	clk        clock.WithTicker
+	clk        Clock
 	generation int64
 	mig, hold  *lease
+	// tookOver: the migration lease was taken over from another runner.
+	tookOver bool
+	// phase is the furthest phase asked of the migration lease (MarkDDL,
+	// Confirm, DDLStarted); renewals carry it.
+	phaseMu sync.Mutex
+	phase   Phase
+	// noPhases: the operator answered 400 to a phase (it is older than
+	// phases): renewals carry none.
+	noPhases atomic.Bool
+	// noWatch: the operator does not serve the lease GET (older): the
+	// session falls back to its heartbeat alone.
+	noWatch atomic.Bool
 
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
@@ -171,8 +233,13 @@ type lease struct {
 	// granted the lease.
 	ambiguous bool
 
+	// everAmbiguous: some grant attempt of this session went unanswered, so
+	// a later 200 may be the answer to that attempt, not another runner's
+	// operation.
+	everAmbiguous bool
+
 	stop context.CancelFunc
-	done chan struct{}
+	done chan struct{} // closed when the heartbeat and the watch ended
 }
 
 func (l *lease) snapshot() (token string, ttl time.Duration, sent, deadline time.Time) {
@@ -202,69 +269,6 @@ func (s *Session) lossAt(l *lease) time.Time {
 	return deadline.Add(-min(s.cfg.Margin, ttl/3))
 }
 
-// Acquire takes the migration lease, then the failover-hold, and starts
-// heartbeating both. ctx bounds the acquisition only: the session lives
-// until Release or the loss of a lease. On failure nothing is left held
-// (a granted migration lease is released).
-func Acquire(ctx context.Context, cfg SessionConfig) (*Session, error) {
-	if cfg.Client == nil || cfg.Group == "" || cfg.Instance == "" || cfg.OperationID == "" {
-		return nil, errors.New("deployclient: a session needs a client, a group, an instance and an operation id")
-	}
-	if cfg.TTL <= 0 {
-		cfg.TTL = DefaultTTL
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	s := &Session{cfg: cfg, clk: cfg.Clock, lostCh: make(chan struct{}),
-		mig: &lease{kind: KindMigration}, hold: &lease{kind: KindFailoverHold}}
-	s.ctx, s.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	limit := s.clk.Now().Add(cfg.Wait)
-
-	cleanup := func(err error) (*Session, error) {
-		// Nothing may be left held: release what was granted, and what an
-		// unanswered grant may have granted; end the session.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		s.forget(rctx, s.hold)
-		s.forget(rctx, s.mig)
-		s.cancel(err)
-		return nil, err
-	}
-	g, err := s.grant(ctx, s.mig, limit)
-	if err != nil {
-		return cleanup(err)
-	}
-	s.generation = g.TopologyGeneration
-	s.startHeartbeat(s.mig)
-
-	// The hold is asked for under the session too: a lost migration ends
-	// the attempt.
-	hctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(s.ctx, cancel)()
-	h, err := s.grant(hctx, s.hold, limit)
-	switch {
-	case err != nil && s.Err() != nil:
-		err = &AcquireError{Kind: KindFailoverHold, Err: s.Err()}
-	case err == nil && h.TopologyGeneration != s.generation:
-		err = &AcquireError{Kind: KindFailoverHold, Err: fmt.Errorf("the hold was granted under topology generation %d, the migration under %d: the primary moved", h.TopologyGeneration, s.generation)}
-	case err == nil && !s.Held():
-		// The migration was lost, or came too close to its deadline, while
-		// the hold was asked for: the session would start already lost.
-		lost := s.Err()
-		if lost == nil {
-			lost = fmt.Errorf("the migration lease was not confirmed in time while the hold was asked for")
-		}
-		err = &AcquireError{Kind: KindFailoverHold, Err: lost}
-	}
-	if err != nil {
-		return cleanup(err)
-	}
-	s.startHeartbeat(s.hold)
-	return s, nil
-}
-
 // Held reports whether both leases are held now: neither was lost, and
 // neither is past its confirmed deadline (less the margin). Check it when
 // the work ends: a loss at that very moment may not have been reported yet.
@@ -279,22 +283,6 @@ func (s *Session) Held() bool {
 		}
 	}
 	return true
-}
-
-// forget releases l if it was granted; if its last grant went unanswered
-// (the server may have granted it), it re-grants the operation to learn a
-// token and releases that. A lease left behind would block every other
-// operation until its ttl. Best effort: errors are not reported.
-func (s *Session) forget(ctx context.Context, l *lease) {
-	l.mu.Lock()
-	ambiguous, token := l.ambiguous, l.token
-	l.mu.Unlock()
-	if token == "" && ambiguous {
-		if g, err := s.cfg.Client.Grant(ctx, s.cfg.Group, GrantRequest{Kind: l.kind, OperationID: s.cfg.OperationID, Instance: s.cfg.Instance, TTLSeconds: 5}); err == nil {
-			l.confirm(g.Token, s.clk.Now(), time.Duration(g.TTLSeconds)*time.Second)
-		}
-	}
-	_ = s.release(ctx, l)
 }
 
 // Generation is the topology generation both leases were granted under.
@@ -349,290 +337,57 @@ func (s *Session) progress(format string, args ...any) {
 	}
 }
 
-// grant asks for l until it is granted, a terminal answer comes, or limit
-// passes. A retry after an ambiguous failure (the answer was lost) re-grants
-// the operation: the new token replaces the old under l.op. A revoked
-// operation is never granted again: 409 revoked ends the attempt.
-func (s *Session) grant(ctx context.Context, l *lease, limit time.Time) (*Grant, error) {
-	l.op.Lock()
-	defer l.op.Unlock()
-	ttlSeconds := int64(s.cfg.TTL / time.Second)
-	for attempt := 1; ; attempt++ {
-		sent := s.clk.Now()
-		g, err := s.cfg.Client.Grant(ctx, s.cfg.Group, GrantRequest{Kind: l.kind, OperationID: s.cfg.OperationID, Instance: s.cfg.Instance, TTLSeconds: ttlSeconds})
-		var answered *APIError
-		l.mu.Lock()
-		l.ambiguous = err != nil && !errors.As(err, &answered)
-		l.mu.Unlock()
-		if err == nil {
-			l.confirm(g.Token, sent, time.Duration(g.TTLSeconds)*time.Second)
-			return g, nil
-		}
-		var wait time.Duration
-		var ae *APIError
-		switch {
-		case ctx.Err() != nil:
-			return nil, &AcquireError{Kind: l.kind, Err: ctx.Err()}
-		case errors.As(err, &ae) && ae.Code == CodeHeld && l.kind == KindMigration:
-			wait = s.politeWait(ae.Holder)
-			h := ae.Holder
-			if h == nil {
-				h = &Holder{OperationID: "?", Instance: "?", ExpiresAt: "?"}
-			}
-			if s.clk.Now().Add(wait).After(limit) {
-				return nil, &AcquireError{Kind: l.kind, WaitedOut: s.cfg.Wait > 0, Err: err}
-			}
-			s.progress("the migration mutex of group %s is held by operation %s (instance %s) until %s; waiting %s (giving up at %s)",
-				s.cfg.Group, h.OperationID, h.Instance, h.ExpiresAt, wait.Round(100*time.Millisecond), limit.UTC().Format(time.RFC3339))
-		case Transient(err):
-			wait = backoff(attempt, ae)
-			if s.clk.Now().Add(wait).After(limit) {
-				return nil, &AcquireError{Kind: l.kind, WaitedOut: s.cfg.Wait > 0, Err: err}
-			}
-			s.progress("%s lease of group %s: %v; retrying in %s", l.kind, s.cfg.Group, err, wait.Round(100*time.Millisecond))
-		default:
-			return nil, &AcquireError{Kind: l.kind, Err: err}
-		}
-		if !s.sleep(ctx, wait) {
-			if e := s.Err(); e != nil {
-				return nil, &AcquireError{Kind: l.kind, Err: e}
-			}
-			return nil, &AcquireError{Kind: l.kind, Err: ctx.Err()}
-		}
+
+// TookOver reports whether the migration lease was taken over from another
+// runner of the same operation.
+func (s *Session) TookOver() bool { return s.tookOver }
+
+// WatchesLeases reports whether the operator serves the lease GET (the
+// session learns of a loss within about a second), false once it fell back
+// to its heartbeat alone.
+func (s *Session) WatchesLeases() bool { return !s.cfg.NoWatch && !s.noWatch.Load() }
+
+// RecordsPhases reports whether the operator records the migration's phase,
+// false once it answered 400 to one.
+func (s *Session) RecordsPhases() bool { return !s.noPhases.Load() }
+
+func (s *Session) leaseOf(kind string) *lease {
+	if kind == KindFailoverHold {
+		return s.hold
+	}
+	return s.mig
+}
+
+// wantPhase is the phase renewals of the migration lease carry.
+func (s *Session) wantPhase() Phase {
+	s.phaseMu.Lock()
+	p := s.phase
+	s.phaseMu.Unlock()
+	if p.before(PhaseDDL) && s.cfg.DDLStarted != nil && s.cfg.DDLStarted() {
+		s.advance(PhaseDDL)
+		return PhaseDDL
+	}
+	return p
+}
+
+// advance raises the phase renewals carry; it never moves back.
+func (s *Session) advance(p Phase) {
+	s.phaseMu.Lock()
+	defer s.phaseMu.Unlock()
+	if s.phase.before(p) {
+		s.phase = p
 	}
 }
 
-// politeWait is how long to wait for a holder: until its expiresAt (read on
-// the client's clock, so only a hint), at least 0.5 s and at most 2 min,
-// plus jitter so that waiting pipelines do not ask in step.
-func (s *Session) politeWait(h *Holder) time.Duration {
-	d := time.Second
-	if h != nil {
-		if t, err := time.Parse(time.RFC3339Nano, h.ExpiresAt); err == nil {
-			d = t.Sub(s.clk.Now())
-		}
+func (p Phase) rank() int {
+	switch p {
+	case PhaseDDL:
+		return 1
+	case PhaseDone:
+		return 2
 	}
-	d = min(max(d, 500*time.Millisecond), 2*time.Minute)
-	return d + jitter(d/4+500*time.Millisecond)
+	return 0
 }
 
-// backoff is the pause after a transient refusal: the server's Retry-After
-// when it gave one, else 0.5 s doubling to 8 s; with jitter.
-func backoff(attempt int, ae *APIError) time.Duration {
-	if ae != nil && ae.RetryAfter > 0 {
-		return ae.RetryAfter + jitter(250*time.Millisecond)
-	}
-	d := 500 * time.Millisecond << min(attempt-1, 4)
-	return d + jitter(d/4)
-}
-
-func jitter(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	return rand.N(d)
-}
-
-// sleep waits d on the session's clock; false when ctx or the session ended.
-func (s *Session) sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil && s.ctx.Err() == nil
-	}
-	t := s.clk.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-s.ctx.Done():
-		return false
-	case <-t.C():
-		return true
-	}
-}
-
-func (s *Session) startHeartbeat(l *lease) {
-	ctx, stop := context.WithCancel(s.ctx)
-	l.stop, l.done = stop, make(chan struct{})
-	go s.heartbeat(ctx, l)
-}
-
-// heartbeat renews l every ttl/3 from the moment its last confirmed request
-// was sent. A transient refusal (423, 503, a transport error, 401) is retried
-// until the confirmed deadline and never moves it; when the deadline passes
-// without a confirmation, or a terminal answer comes, the lease is lost.
-func (s *Session) heartbeat(ctx context.Context, l *lease) {
-	defer close(l.done)
-	_, ttl, sent, _ := l.snapshot()
-	next := sent.Add(ttl / 3)
-	var last error
-	for {
-		_, ttl, _, deadline := l.snapshot()
-		lossAt := s.lossAt(l)
-		wake := next
-		if lossAt.Before(wake) {
-			wake = lossAt
-		}
-		if !s.sleep(ctx, wake.Sub(s.clk.Now())) {
-			return
-		}
-		now := s.clk.Now()
-		if !now.Before(lossAt) {
-			s.lose(&LostError{Kind: l.kind, Cause: CauseDeadlinePassed, GrantGeneration: s.generation, Deadline: deadline, Err: last})
-			return
-		}
-		if now.Before(next) {
-			continue
-		}
-		ans, err := s.renewOnce(ctx, l, now, lossAt)
-		if ctx.Err() != nil {
-			return // released or lost meanwhile
-		}
-		if !s.clk.Now().Before(lossAt) {
-			// The answer came after the deadline: whatever it says, the
-			// work ran unconfirmed for a moment. That is a loss.
-			if err == nil {
-				err = errors.New("the renewal was answered only after the deadline")
-			}
-			s.lose(&LostError{Kind: l.kind, Cause: CauseDeadlinePassed, GrantGeneration: s.generation, Deadline: deadline, Err: err})
-			return
-		}
-		if err == nil {
-			if ans.TopologyGeneration != s.generation {
-				s.lose(&LostError{Kind: l.kind, Cause: CauseGenerationChanged, Generation: ans.TopologyGeneration, GrantGeneration: s.generation, Deadline: deadline})
-				return
-			}
-			newTTL := time.Duration(ans.TTLSeconds) * time.Second
-			l.confirm("", now, newTTL)
-			next = now.Add(newTTL / 3)
-			last = nil
-			continue
-		}
-		if lost := terminal(l.kind, err); lost != nil {
-			lost.GrantGeneration, lost.Deadline = s.generation, deadline
-			s.lose(lost)
-			return
-		}
-		last = err
-		var ae *APIError
-		errors.As(err, &ae)
-		retry := time.Second
-		if ae != nil && ae.RetryAfter > 0 {
-			retry = ae.RetryAfter
-		}
-		retry = min(max(retry, 250*time.Millisecond), ttl/3)
-		next = s.clk.Now().Add(retry)
-	}
-}
-
-// renewOnce sends one renewal, cut off at the deadline (less the margin).
-func (s *Session) renewOnce(ctx context.Context, l *lease, now, deadline time.Time) (*Lease, error) {
-	l.op.Lock()
-	defer l.op.Unlock()
-	token, _, _, _ := l.snapshot()
-	rctx, cancel := context.WithTimeout(ctx, deadline.Sub(now))
-	defer cancel()
-	return s.cfg.Client.Renew(rctx, s.cfg.Group, l.kind, s.cfg.OperationID, token, int64(s.cfg.TTL/time.Second))
-}
-
-// terminal maps an answer that ends the lease to its LostError; nil for a
-// transient one.
-func terminal(kind string, err error) *LostError {
-	var ae *APIError
-	if !errors.As(err, &ae) || Transient(err) {
-		return nil
-	}
-	e := &LostError{Kind: kind, Err: err}
-	switch {
-	case ae.Status == http.StatusConflict && ae.Code == CodeRevoked:
-		e.Cause, e.Reason, e.Generation = CauseRevoked, ae.Reason, ae.Generation
-	case ae.Status == http.StatusNotFound:
-		e.Cause = CauseExpired
-	case ae.Code == CodeTokenMismatch:
-		e.Cause = CauseTokenMismatch
-	case ae.Status == http.StatusForbidden:
-		e.Cause = CauseForbidden
-	default:
-		e.Cause = CauseRejected
-	}
-	return e
-}
-
-// ReleaseHold stops the failover-hold's heartbeat and releases it. Call it
-// first on every failure path: a planned failover may then proceed.
-func (s *Session) ReleaseHold(ctx context.Context) error { return s.release(ctx, s.hold) }
-
-// Release ends the session in the order the contract asks: the hold first;
-// then recorded, the caller's step that durably records the operation's
-// outcome (success or failure) while the mutex is still held and renewed;
-// then the migration mutex. When recorded fails, the mutex is not released:
-// its heartbeat stops and it lapses at its ttl, so no other operation starts
-// before a person has looked. A lost session is released the same way (the
-// server answers 204 for revoked and expired leases).
-func (s *Session) Release(ctx context.Context, recorded func(context.Context) error) error {
-	var errs []error
-	if err := s.ReleaseHold(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if recorded != nil {
-		if err := recorded(ctx); err != nil {
-			s.stopHeartbeat(s.mig)
-			s.cancel(ErrReleased)
-			return errors.Join(append(errs, fmt.Errorf("%w: %w", ErrNotRecorded, err))...)
-		}
-	}
-	if err := s.release(ctx, s.mig); err != nil {
-		errs = append(errs, err)
-	}
-	s.cancel(ErrReleased)
-	return errors.Join(errs...)
-}
-
-func (s *Session) stopHeartbeat(l *lease) {
-	if l.stop != nil {
-		l.stop()
-		<-l.done
-	}
-}
-
-// release stops l's heartbeat and DELETEs it, retrying transient failures a
-// few times. A lease never granted is not released.
-func (s *Session) release(ctx context.Context, l *lease) error {
-	s.stopHeartbeat(l)
-	l.op.Lock()
-	defer l.op.Unlock()
-	token, _, _, _ := l.snapshot()
-	l.mu.Lock()
-	done := l.released || token == ""
-	l.mu.Unlock()
-	if done {
-		return nil
-	}
-	var err error
-	for attempt := 1; attempt <= 3; attempt++ {
-		if err = s.cfg.Client.Release(ctx, s.cfg.Group, l.kind, s.cfg.OperationID, token); err == nil || !Transient(err) {
-			break
-		}
-		if !s.sleepCtx(ctx, backoff(attempt, nil)) {
-			break
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("release the %s lease: %w", l.kind, err)
-	}
-	l.mu.Lock()
-	l.released = true
-	l.mu.Unlock()
-	return nil
-}
-
-// sleepCtx waits d unless ctx ends; it ignores the session's own end.
-func (s *Session) sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := s.clk.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C():
-		return true
-	}
-}
+// before reports whether p comes before q.
+func (p Phase) before(q Phase) bool { return p.rank() < q.rank() }

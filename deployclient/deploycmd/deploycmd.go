@@ -3,7 +3,6 @@ package deploycmd
 import (
 	"crypto/rand"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,11 +10,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/shipstream/bloodraven/deployclient"
 )
 
 // Exit codes of `bloodraven deploy run` (also in the README and
-// docs/deploy-client.md). They are distinct so a pipeline can branch on them.
+// docs/api.md). They are distinct so a pipeline (a Job's podFailurePolicy)
+// can branch on them: retry on 3 only.
 const (
 	// ExitOK: the command succeeded under both leases; both were released.
 	ExitOK = 0
@@ -26,10 +29,10 @@ const (
 	// ExitUsage: bad flags or local configuration (unreadable CA file,
 	// missing token file, no command).
 	ExitUsage = 2
-	// ExitNotAcquired: the leases could not be taken: the mutex stayed held
-	// past --wait, the caller is forbidden, the token was refused, the
-	// operation id was revoked before, or the API was unreachable. The
-	// command was not started.
+	// ExitNotAcquired: the leases could not be taken now: the mutex stayed
+	// held past --wait, the operation is live under another runner (without
+	// --take-over), the token was refused (401), or the API was
+	// unreachable. Retrying later may succeed. The command was not started.
 	ExitNotAcquired = 3
 	// ExitLostBeforeDDL: authority was lost before the command marked the
 	// DDL boundary; the command was stopped and the --on-abort command (if
@@ -45,6 +48,10 @@ const (
 	// outcome could not be written to --outcome-file, so the migration
 	// mutex was left to lapse at its ttl. (After a loss, codes 4-6 win.)
 	ExitNotRecorded = 7
+	// ExitRefused: a refusal no retry can change: 403 forbidden, 409
+	// revoked at acquisition (the operation id can never be granted
+	// again), 409 verification_required. The command was not started.
+	ExitRefused = 8
 )
 
 // Environment of the CLI: defaults for its flags.
@@ -66,6 +73,10 @@ const (
 	EnvDDLMarker = "BLOODRAVEN_DDL_MARKER"
 	// EnvLostCause is given to the abort command: why authority was lost.
 	EnvLostCause = "BLOODRAVEN_LOST_CAUSE"
+	// EnvControl names the run's control socket (a Unix socket in a
+	// directory only the run's user may enter): mark-ddl asks the run
+	// through it to confirm the phase with the operator.
+	EnvControl = "BLOODRAVEN_DEPLOY_CONTROL"
 )
 
 // Defaults inside a Pod: the token at the path the spec's examples use, the
@@ -77,36 +88,57 @@ const (
 	DefaultTokenFile = "/var/run/deploy/token"
 )
 
-const usage = `usage: bloodraven deploy <command> [flags]
+// Version is what --version prints; the binaries stamp it.
+var Version = "dev"
 
-commands:
-  run       hold the group's migration mutex and failover-hold around a command
-  status    print the group's observation (GET /deploy/v1/groups/{group})
-  mark-ddl  inside a run: mark the DDL boundary (before the first schema change)
+// exitCode is an error that carries the run's exit code; its message (if
+// any) was printed already.
+type exitCode int
 
-Run 'bloodraven deploy <command> -h' for its flags.
-`
+func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
 
-// Main runs `bloodraven deploy <args>` and returns the exit code.
+// Main runs `bloodraven deploy <args>` (the operator binary's entry) and
+// returns the exit code.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return ExitUsage
-	}
-	switch args[0] {
-	case "run":
-		return runCmd(args[1:], stdin, stdout, stderr, getenv)
-	case "status":
-		return statusCmd(args[1:], stdout, stderr, getenv)
-	case "mark-ddl":
-		return markDDL(args[1:], stderr, getenv)
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, usage)
+	return Run("bloodraven deploy", args, stdin, stdout, stderr, getenv)
+}
+
+// Run runs the command tree under the name it was invoked as
+// (`bloodraven-deploy`, or `bloodraven deploy`) and returns the exit code.
+func Run(name string, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+	root := NewCommand(name, stdin, stdout, stderr, getenv)
+	root.SetArgs(args)
+	err := root.Execute()
+	var code exitCode
+	switch {
+	case err == nil:
 		return ExitOK
+	case errors.As(err, &code):
+		return int(code)
 	default:
-		fmt.Fprintf(stderr, "bloodraven deploy: unknown command %q\n\n%s", args[0], usage)
+		// A flag or argument error: cobra's own message, then the hint.
+		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", name, err, name)
 		return ExitUsage
 	}
+}
+
+// NewCommand is the command tree: run, status, mark-ddl and completion.
+func NewCommand(name string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
+	root := &cobra.Command{
+		Use:   name,
+		Short: "Hold a MySQL failover group's migration mutex and failover-hold around a schema migration",
+		Long: "The pipeline side of Bloodraven's deployment API (/deploy/v1).\n\n" +
+			"'run' takes the group's migration mutex, then the failover-hold, runs a command while both are\n" +
+			"renewed and watched, and stops it when authority is lost. See 'run --help' for its exit codes.",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Version:       Version,
+	}
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(runCommand(stdin, stdout, stderr, getenv), statusCommand(stdout, stderr, getenv), markDDLCommand(stderr, getenv))
+	return root
 }
 
 // connFlags are the flags that say where the API is.
@@ -114,7 +146,7 @@ type connFlags struct {
 	server, ca, tokenFile string
 }
 
-func (c *connFlags) register(fs *flag.FlagSet, getenv func(string) string) {
+func (c *connFlags) register(fs *pflag.FlagSet, getenv func(string) string) {
 	def := func(key, d string) string {
 		if v := getenv(key); v != "" {
 			return v
@@ -133,23 +165,49 @@ func (c *connFlags) client() (*deployclient.Client, error) {
 	return deployclient.New(deployclient.Config{Server: c.server, CAFile: c.ca, TokenFile: c.tokenFile, UserAgent: "bloodraven-deploy-cli"})
 }
 
-// markDDL creates the marker file the run named in the environment.
-func markDDL(args []string, stderr io.Writer, getenv func(string) string) int {
-	if len(args) > 0 {
-		fmt.Fprintln(stderr, "bloodraven deploy mark-ddl: takes no arguments")
-		return ExitUsage
+// markDDLCommand is `mark-ddl`, run by the command inside a run before its
+// first schema change. It creates the marker file (so a loss from here on is
+// decided as "after the boundary", the cautious side) and then asks the run,
+// over its control socket, to renew the migration lease with phase ddl; it
+// exits 0 only once the operator answered 200 to that renewal at the grant's
+// generation. A migration tool that runs its DDL only after mark-ddl
+// succeeded is gated even if the run is killed at once.
+func markDDLCommand(stderr io.Writer, getenv func(string) string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "mark-ddl",
+		Short: "Inside a run: mark the DDL boundary, confirmed by the operator, before the first schema change",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fail := func(code int, format string, a ...any) error {
+				fmt.Fprintf(stderr, "bloodraven deploy mark-ddl: "+format+"\n", a...)
+				return exitCode(code)
+			}
+			path := getenv(EnvDDLMarker)
+			if path == "" {
+				return fail(ExitUsage, "%s is not set: run this inside 'bloodraven deploy run -- ...'", EnvDDLMarker)
+			}
+			if err := writeSynced(path, []byte(time.Now().UTC().Format(time.RFC3339Nano)+"\n")); err != nil {
+				return fail(1, "%v", err)
+			}
+			sock := getenv(EnvControl)
+			if sock == "" {
+				return fail(1, "%s is not set: the run that started this command cannot confirm the phase (is it older than this mark-ddl?); the marker file was written, the boundary is not confirmed", EnvControl)
+			}
+			answer, err := askRun(sock, "mark-ddl", markDDLTimeout)
+			if err != nil {
+				return fail(1, "the DDL boundary was not confirmed: %v; do not start the schema change", err)
+			}
+			if answer != "" {
+				fmt.Fprintf(stderr, "bloodraven deploy mark-ddl: %s\n", answer)
+			}
+			return nil
+		},
 	}
-	path := getenv(EnvDDLMarker)
-	if path == "" {
-		fmt.Fprintf(stderr, "bloodraven deploy mark-ddl: %s is not set: run this inside 'bloodraven deploy run -- ...'\n", EnvDDLMarker)
-		return ExitUsage
-	}
-	if err := writeSynced(path, []byte(time.Now().UTC().Format(time.RFC3339Nano)+"\n")); err != nil {
-		fmt.Fprintf(stderr, "bloodraven deploy mark-ddl: %v\n", err)
-		return ExitUsage
-	}
-	return ExitOK
 }
+
+// markDDLTimeout bounds mark-ddl's wait for the run's answer; the run answers
+// at the latest when the lease's deadline passes.
+const markDDLTimeout = 3 * time.Minute
 
 // writeSynced writes data to path through a synced temporary file and a
 // rename, so that the file is either absent or complete.
@@ -188,7 +246,11 @@ func newOperationID() string {
 func explain(err error, group, instance, op, tokenFile string, wait time.Duration) string {
 	var ae *deployclient.APIError
 	var acq *deployclient.AcquireError
+	var live *deployclient.OperationLiveError
 	errors.As(err, &acq)
+	if errors.As(err, &live) {
+		return live.Error()
+	}
 	if !errors.As(err, &ae) {
 		return fmt.Sprintf("%v: is the deployment API reachable at the --server URL, and does --ca name its CA?", err)
 	}
@@ -204,6 +266,8 @@ func explain(err error, group, instance, op, tokenFile string, wait time.Duratio
 		return fmt.Sprintf("operation %s was revoked before (%s, group generation %d) and can never be granted again: find out what happened to it, then use a new --operation-id", op, ae.Reason, ae.Generation)
 	case ae.Code == deployclient.CodeUnauthenticated:
 		return fmt.Sprintf("the token in %s was not accepted (401): it must be a projected ServiceAccount token for audience bloodraven-deploy that has not expired", tokenFile)
+	case ae.Code == deployclient.CodeVerificationRequired:
+		return fmt.Sprintf("instance %s is gated (409 verification_required): operation %s lost authority past its DDL boundary (generation %d); a person must verify the schema and annotate the MysqlDatabase before any migration", instance, ae.OperationID, ae.Generation)
 	case ae.Code == deployclient.CodeForbidden:
 		return fmt.Sprintf("forbidden (403): this ServiceAccount is not in spec.deploymentClients of MysqlDatabase %s for group %s, or the group does not exist", instance, group)
 	case ae.Code == deployclient.CodeMigrationNotHeld:

@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/shipstream/bloodraven/deployclient"
 )
@@ -29,6 +31,7 @@ type runFlags struct {
 	wait        time.Duration
 	grace       time.Duration
 	outcomeFile string
+	takeOver    bool
 }
 
 // outcome is what a run records before it releases the migration mutex.
@@ -41,37 +44,64 @@ type outcome struct {
 	// lost-after-ddl.
 	Outcome string `json:"outcome"`
 	Detail  string `json:"detail,omitempty"`
-	At      string `json:"at"`
+	// CommandExitCode is the command's own exit code, when it exited (the
+	// run's exit code is 1 for any failure: 2-8 are the run's own).
+	CommandExitCode *int   `json:"commandExitCode,omitempty"`
+	At              string `json:"at"`
 }
 
-func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+// runHelp is run's long help: what it does and its exit codes.
+const runHelp = `Takes the group's migration mutex, then the failover-hold, runs COMMAND while both are renewed
+and watched, and stops it when authority is lost. The run succeeds only if a renewal sent after
+COMMAND exited (phase done) was confirmed at the grant's topology generation.
+
+One runner at a time: an operation id that is live under another runner (a retried Job pod, a
+re-run CI job) is not started again; without --take-over the run exits 3 and names it, with
+--take-over it waits 120 s (the longest ttl) so the other runner's command is certainly stopped.
+
+Exit codes:
+  0  COMMAND succeeded and authority was confirmed after it ended
+  1  COMMAND failed (or could not start) while authority was held
+  2  usage: bad flags or local configuration
+  3  could not acquire now (mutex held past --wait, operation live under another runner,
+     API unreachable): retry later
+  4  authority lost before the DDL boundary; COMMAND stopped, --on-abort (if any) succeeded
+  5  authority lost at or after the DDL boundary: a person must verify the schema
+  6  authority lost before the DDL boundary and --on-abort failed
+  7  COMMAND ended but the outcome could not be written to --outcome-file (the mutex lapses)
+  8  refused for good (403 forbidden, 409 revoked, 409 verification_required): do not retry
+
+COMMAND gets BLOODRAVEN_GROUP, BLOODRAVEN_INSTANCE, BLOODRAVEN_OPERATION_ID,
+BLOODRAVEN_TOPOLOGY_GENERATION and BLOODRAVEN_DDL_MARKER; it runs 'bloodraven deploy mark-ddl'
+(which returns only once the operator confirmed the boundary) before its first schema change.`
+
+func runCommand(stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
 	var f runFlags
-	fs := flag.NewFlagSet("bloodraven deploy run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: bloodraven deploy run --group G --instance I [flags] -- COMMAND [ARGS]\n\n"+
-			"Takes the group's migration mutex, then the failover-hold, runs COMMAND while both are renewed,\n"+
-			"and stops it when authority is lost. Exit codes: 0 success, 1 command failed, 2 usage,\n"+
-			"3 could not acquire, 4 lost before the DDL boundary, 5 lost at or after it (verify the schema),\n"+
-			"6 lost before the DDL boundary and --on-abort failed.\n\nflags:\n")
-		fs.PrintDefaults()
+	cmd := &cobra.Command{
+		Use:   "run --group G --instance I [flags] -- COMMAND [ARGS...]",
+		Short: "Hold the group's migration mutex and failover-hold around a command",
+		Long:  runHelp,
+		RunE: func(cmd *cobra.Command, command []string) error {
+			return exitCode(runMain(f, command, stdin, stdout, stderr, deployclient.RealClock{}))
+		},
 	}
+	fs := cmd.Flags()
+	fs.SetInterspersed(false) // everything after COMMAND is COMMAND's
 	f.conn.register(fs, getenv)
 	fs.StringVar(&f.group, "group", "", "MysqlFailoverGroup name (required)")
 	fs.StringVar(&f.instance, "instance", "", "MysqlDatabase name: the lease's instance (required)")
-	fs.StringVar(&f.operationID, "operation-id", "", "operation id, 1-128 of [A-Za-z0-9._:-]; default a random UUID")
+	fs.StringVar(&f.operationID, "operation-id", "", "operation id, 1-128 of [A-Za-z0-9._:-]; default a random UUID; use one per pipeline run, e.g. <git-sha>-<run-id>")
 	fs.IntVar(&f.ttl, "ttl", 30, "lease ttl in seconds; the server clamps it to [5, 120]; renewed every ttl/3")
 	fs.StringVar(&f.onAbort, "on-abort", "", "shell command run (sh -c) when authority is lost before the DDL boundary: the application's fenced abort")
 	fs.DurationVar(&f.wait, "wait", 5*time.Minute, "how long to wait for a held mutex (and transient refusals) before giving up with exit 3")
 	fs.DurationVar(&f.grace, "grace", 0, "time from SIGTERM to SIGKILL when the command is stopped; the stop starts this long before the lease's deadline, so the command is gone by then; at most ttl/3 (default ttl/3, at most 10s)")
 	fs.StringVar(&f.outcomeFile, "outcome-file", "", "file the outcome is written to (JSON, synced) before the migration mutex is released; when it cannot be written the mutex is left to lapse")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitUsage
-	}
-	command := fs.Args()
+	fs.BoolVar(&f.takeOver, "take-over", false, "take over an operation id that is live under another runner: renew it and wait 120 s before starting the command")
+	return cmd
+}
+
+// runMain is `run` once its flags are parsed; it returns the exit code.
+func runMain(f runFlags, command []string, stdin io.Reader, stdout, stderr io.Writer, clk deployclient.Clock) int {
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "bloodraven deploy: "+format+"\n", a...) }
 	switch {
 	case f.group == "" || f.instance == "":
@@ -102,6 +132,15 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv fun
 		logf("%v", err)
 		return ExitUsage
 	}
+	// The private directory of the run: the DDL marker and the control
+	// socket mark-ddl reaches the run through.
+	dir, err := os.MkdirTemp("", "bloodraven-deploy-")
+	if err != nil {
+		logf("private directory: %v", err)
+		return ExitUsage
+	}
+	defer os.RemoveAll(dir)
+	marker := filepath.Join(dir, "ddl-started")
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
@@ -124,17 +163,24 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv fun
 	logf("acquiring the migration mutex of group %s for instance %s (operation %s, ttl %ds, waiting up to %s)", f.group, f.instance, f.operationID, f.ttl, f.wait)
 	sess, err := deployclient.Acquire(actx, deployclient.SessionConfig{
 		Client: client, Group: f.group, Instance: f.instance, OperationID: f.operationID,
-		TTL: time.Duration(f.ttl) * time.Second, Wait: f.wait,
+		TTL: time.Duration(f.ttl) * time.Second, Wait: f.wait, Clock: clk,
 		Progress: func(m string) { logf("%s", m) },
 		// The loss is declared a little more than --grace before the
 		// deadline (the session caps it at ttl/3), so that SIGTERM, the
 		// grace and SIGKILL all fit before the deadline.
-		Margin: f.grace + killSlack,
+		Margin:     f.grace + killSlack,
+		TakeOver:   f.takeOver,
+		DDLStarted: func() bool { return fileExists(marker) },
 	})
 	close(acquired)
 	<-watcher
 	if err != nil {
 		logf("could not acquire: %s", explain(err, f.group, f.instance, f.operationID, f.conn.tokenFile, f.wait))
+		var acq *deployclient.AcquireError
+		if errors.As(err, &acq) && acq.Permanent() {
+			logf("this refusal does not change on a retry: exit %d", ExitRefused)
+			return ExitRefused
+		}
 		return ExitNotAcquired
 	}
 	select {
@@ -150,36 +196,48 @@ func runCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv fun
 	logf("holding the migration mutex and the failover-hold of group %s (operation %s, topology generation %d, ttl %s, renewed every %s)",
 		f.group, f.operationID, sess.Generation(), sess.TTL(), (sess.TTL() / 3).Round(100*time.Millisecond))
 
-	r := &runner{f: f, sess: sess, logf: logf, stdout: stdout, stderr: stderr}
+	r := &runner{f: f, sess: sess, clk: clk, logf: logf, stdout: stdout, stderr: stderr, dir: dir, marker: marker}
 	return r.run(command, stdin, stdout, stderr, sigs)
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 type runner struct {
 	f              runFlags
 	sess           *deployclient.Session
+	clk            deployclient.Clock
 	logf           func(string, ...any)
 	stdout, stderr io.Writer
+	dir, marker    string
+	// exitCode is the command's own exit code once it exited; -1 before.
+	exitCode int
 }
 
 func (r *runner) run(command []string, stdin io.Reader, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
-	dir, err := os.MkdirTemp("", "bloodraven-deploy-")
+	r.exitCode = -1
+	// The control socket mark-ddl confirms the boundary through; it lives
+	// in the run's private directory (mode 0700).
+	ctl, err := net.Listen("unix", filepath.Join(r.dir, "control"))
 	if err != nil {
-		r.logf("marker directory: %v", err)
-		return r.finish(ExitChildFailed, "failed", fmt.Sprintf("could not create the DDL marker directory: %v", err))
+		r.logf("control socket: %v", err)
+		return r.finish(ExitChildFailed, "failed", fmt.Sprintf("could not open the control socket: %v", err))
 	}
-	defer os.RemoveAll(dir)
-	marker := filepath.Join(dir, "ddl-started")
+	cctx, stopControl := context.WithCancel(context.Background())
+	defer stopControl()
+	go serveControl(cctx, ctl, r.markDDL)
 
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-	cmd.Env = append(r.childEnv(), EnvDDLMarker+"="+marker)
+	cmd.Env = append(r.childEnv(), EnvDDLMarker+"="+r.marker, EnvControl+"="+filepath.Join(r.dir, "control"))
 	// Its own process group, so that SIGTERM and SIGKILL reach everything it
-	// started; and SIGKILL if this process dies (Pdeathsig), so that a run
-	// killed outright does not leave the command running unfenced.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// started; on Linux also SIGKILL if this process dies (see proc_*.go).
+	cmd.SysProcAttr = childAttr()
 	if !r.sess.Held() {
 		r.logf("AUTHORITY LOST before the command started: %v", r.lostErr())
-		return r.lost(marker)
+		return r.lost()
 	}
 	started, exited := make(chan error, 1), make(chan error, 1)
 	go func() {
@@ -199,7 +257,7 @@ func (r *runner) run(command []string, stdin io.Reader, stdout, stderr io.Writer
 	}
 	pid := cmd.Process.Pid
 	defer func() { _ = syscall.Kill(-pid, syscall.SIGKILL) }() // whatever happens below
-	r.logf("started %q (pid %d); it marks the DDL boundary with 'bloodraven deploy mark-ddl' or by creating $%s", commandLine(command), pid, EnvDDLMarker)
+	r.logf("started %q (pid %d); it marks the DDL boundary with 'bloodraven deploy mark-ddl' before its first schema change", commandLine(command), pid)
 
 	var childErr error
 	lost := false
@@ -212,34 +270,59 @@ wait:
 			lost = true
 			r.logf("AUTHORITY LOST: %v", r.sess.Err())
 			r.logf("stopping %q: SIGTERM, then SIGKILL after %s at the latest, before the lease's deadline", commandLine(command), r.f.grace)
-			childErr = stop(pid, exited, r.killBy())
+			childErr = stop(r.clk, pid, exited, r.killBy())
 			break wait
 		case s := <-sigs:
 			r.logf("received %s: passing it on to %q", s, commandLine(command))
 			_ = syscall.Kill(-pid, s.(syscall.Signal))
 		}
 	}
+	if cmd.ProcessState != nil {
+		r.exitCode = cmd.ProcessState.ExitCode()
+	}
 	// Whatever the command left running in its group is stopped before any
 	// lease is released.
 	if !lost {
-		stopLeftovers(pid, r.f.grace, r.logf)
+		stopLeftovers(r.clk, pid, r.f.grace, r.logf)
 	}
-	// The command may have finished just as the lease was lost, or past its
-	// deadline before the loss was reported: the work ran without confirmed
-	// authority for a moment, so it counts as lost.
-	if !lost && !r.sess.Held() {
-		lost = true
-		r.logf("AUTHORITY LOST as the command ended: %v", r.lostErr())
-	}
+	stopControl()
 	if lost {
-		return r.lost(marker)
+		return r.lost()
+	}
+	// Success (and failure) is decided only by a renewal sent now, after
+	// the command ended: the session's own deadlines say nothing about a
+	// revocation or a move it has not heard of yet.
+	ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
+	defer cancel()
+	if err := r.sess.Confirm(ctx, childErr == nil); err != nil {
+		r.logf("AUTHORITY NOT CONFIRMED after the command ended: %v", err)
+		return r.lost()
 	}
 	if childErr != nil {
 		r.logf("%q failed: %v", commandLine(command), childErr)
 		return r.finish(ExitChildFailed, "failed", childErr.Error())
 	}
-	r.logf("%q succeeded", commandLine(command))
+	r.logf("%q succeeded; authority confirmed after it ended (phase done, topology generation %d)", commandLine(command), r.sess.Generation())
 	return r.finish(ExitOK, "succeeded", "")
+}
+
+// confirmTimeout bounds the confirming renewal; the session cuts it off at
+// the lease's loss moment anyway.
+const confirmTimeout = 2 * time.Minute
+
+// markDDL answers mark-ddl: the phase ddl, confirmed by the operator.
+func (r *runner) markDDL(ctx context.Context) (string, error) {
+	err := r.sess.MarkDDL(ctx)
+	switch {
+	case errors.Is(err, deployclient.ErrPhaseNotRecorded):
+		r.logf("DDL boundary marked; %v", err)
+		return err.Error(), nil
+	case err != nil:
+		r.logf("the DDL boundary could not be confirmed: %v", err)
+		return "", err
+	}
+	r.logf("DDL boundary marked and confirmed by the operator (phase ddl)")
+	return "", nil
 }
 
 func (r *runner) childEnv() []string {
@@ -262,16 +345,18 @@ func (r *runner) lostErr() error {
 
 // stopLeftovers stops what the command left running in its process group
 // (a backgrounded tool): SIGTERM, then SIGKILL after grace.
-func stopLeftovers(pid int, grace time.Duration, logf func(string, ...any)) {
+func stopLeftovers(clk deployclient.Clock, pid int, grace time.Duration, logf func(string, ...any)) {
 	if syscall.Kill(-pid, 0) != nil {
 		return // the group is empty
 	}
 	logf("the command left processes running in its group: SIGTERM, then SIGKILL after %s", grace)
 	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	for end := time.Now().Add(grace); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	for end := clk.Now().Add(grace); clk.Now().Before(end); {
 		if syscall.Kill(-pid, 0) != nil {
 			return
 		}
+		t := clk.NewTimer(50 * time.Millisecond)
+		<-t.C()
 	}
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 }
@@ -283,9 +368,18 @@ const killSlack = 250 * time.Millisecond
 // killBy is when the command gets SIGKILL: --grace from now, and never later
 // than killSlack before the earliest confirmed deadline of the two leases.
 func (r *runner) killBy() time.Time {
-	by := time.Now().Add(r.f.grace)
-	for _, kind := range []string{deployclient.KindMigration, deployclient.KindFailoverHold} {
-		if d := r.sess.Deadline(kind).Add(-killSlack); d.Before(by) {
+	return killDeadline(r.clk.Now(), r.f.grace, r.sess.Deadline(deployclient.KindMigration), r.sess.Deadline(deployclient.KindFailoverHold))
+}
+
+// killDeadline is the moment of SIGKILL: grace after now, and no later than
+// killSlack before any of the leases' confirmed deadlines.
+func killDeadline(now time.Time, grace time.Duration, deadlines ...time.Time) time.Time {
+	by := now.Add(grace)
+	for _, d := range deadlines {
+		if d.IsZero() {
+			continue
+		}
+		if d = d.Add(-killSlack); d.Before(by) {
 			by = d
 		}
 	}
@@ -294,15 +388,15 @@ func (r *runner) killBy() time.Time {
 
 // stop sends SIGTERM to the command's process group, then SIGKILL at
 // killBy, and returns how the command ended.
-func stop(pid int, exited <-chan error, killBy time.Time) error {
+func stop(clk deployclient.Clock, pid int, exited <-chan error, killBy time.Time) error {
 	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	t := time.NewTimer(time.Until(killBy))
+	t := clk.NewTimer(killBy.Sub(clk.Now()))
 	defer t.Stop()
 	select {
 	case err := <-exited:
 		_ = syscall.Kill(-pid, syscall.SIGKILL) // anything it left behind
 		return err
-	case <-t.C:
+	case <-t.C():
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		return <-exited
 	}
@@ -310,14 +404,15 @@ func stop(pid int, exited <-chan error, killBy time.Time) error {
 
 // lost handles lost authority: the hold is released first, then the DDL
 // boundary decides between the fenced abort and a stop for a person.
-func (r *runner) lost(marker string) int {
+func (r *runner) lost() int {
+	marker := r.marker
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := r.sess.ReleaseHold(ctx); err != nil {
 		r.logf("the failover-hold could not be released (%v); it lapses at its ttl", err)
 	}
 	lostErr := r.lostErr()
-	if _, err := os.Stat(marker); err == nil {
+	if fileExists(marker) {
 		r.logf("the DDL boundary had been passed: the schema of %s may be partly changed", r.f.instance)
 		r.logf("STOP: a person must verify the schema before any retry. Do not reconnect to the new primary to finish the migration. Operation %s will not be granted again.", r.f.operationID)
 		return r.finish(ExitLostAfterDDL, "lost-after-ddl", lostErr.Error())
@@ -356,7 +451,11 @@ func (r *runner) finish(code int, result, detail string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rec := outcome{Group: r.f.group, Instance: r.f.instance, OperationID: r.f.operationID,
-		TopologyGeneration: r.sess.Generation(), Outcome: result, Detail: detail, At: time.Now().UTC().Format(time.RFC3339Nano)}
+		TopologyGeneration: r.sess.Generation(), Outcome: result, Detail: detail, At: r.clk.Now().UTC().Format(time.RFC3339Nano)}
+	if r.exitCode >= 0 {
+		code := r.exitCode
+		rec.CommandExitCode = &code
+	}
 	recorded := func(context.Context) error {
 		if r.f.outcomeFile == "" {
 			return nil

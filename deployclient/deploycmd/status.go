@@ -3,30 +3,34 @@ package deploycmd
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
-func statusCmd(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+func statusCommand(stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
 	var conn connFlags
 	var group, output string
-	fs := flag.NewFlagSet("bloodraven deploy status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	conn.register(fs, getenv)
-	fs.StringVar(&group, "group", "", "MysqlFailoverGroup name (required)")
-	fs.StringVar(&output, "o", "table", "output: table or json")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitUsage
+	cmd := &cobra.Command{
+		Use:   "status --group G [-o table|json]",
+		Short: "Print the group's observation (GET /deploy/v1/groups/{group})",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return exitCode(status(conn, group, output, stdout, stderr))
+		},
 	}
-	if group == "" || fs.NArg() > 0 || (output != "table" && output != "json") {
+	conn.register(cmd.Flags(), getenv)
+	cmd.Flags().StringVar(&group, "group", "", "MysqlFailoverGroup name (required)")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table or json")
+	return cmd
+}
+
+func status(conn connFlags, group, output string, stdout, stderr io.Writer) int {
+	if group == "" || (output != "table" && output != "json") {
 		fmt.Fprintln(stderr, "usage: bloodraven deploy status --group G [-o table|json]")
 		return ExitUsage
 	}

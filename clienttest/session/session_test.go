@@ -1,4 +1,4 @@
-package deployclient_test
+package session_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package deploycmd_test
+package cli_test
 
 import (
 	"bytes"
@@ -436,11 +436,12 @@ func TestTheRevokeAnnotationEndsARun(t *testing.T) {
 	if !strings.Contains(p.stderr.String(), "revoked (operator_revoked)") {
 		t.Fatalf("stderr does not name the revocation")
 	}
-	// The revoked operation is never granted again.
+	// The revoked operation is never granted again: a refusal no retry
+	// changes, exit 8.
 	code, p2 := s.run(30*time.Second, "run", "--group", operatortest.GroupName, "--instance", operatortest.Instance,
 		"--operation-id", operationID(p.stderr.String()), "--wait", "2s", "--", "true")
-	if code != deploycmd.ExitNotAcquired || !strings.Contains(p2.stderr.String(), "can never be granted again") {
-		t.Fatalf("re-running the revoked operation: exit %d", code)
+	if code != deploycmd.ExitRefused || !strings.Contains(p2.stderr.String(), "can never be granted again") {
+		t.Fatalf("re-running the revoked operation: exit %d, want %d", code, deploycmd.ExitRefused)
 	}
 }
 
@@ -451,7 +452,9 @@ func operationID(stderr string) string {
 	return id
 }
 
-func TestRunsThatCannotAcquireExit3AndStartNothing(t *testing.T) {
+// Runs that cannot acquire start nothing: exit 3 for what a retry may
+// change, exit 8 for a refusal it cannot (403 forbidden).
+func TestRunsThatCannotAcquireExit3Or8AndStartNothing(t *testing.T) {
 	t.Parallel()
 	s := newScene(t, operatortest.Options{})
 	// An identity that is not a deployment client of the database.
@@ -474,18 +477,19 @@ func TestRunsThatCannotAcquireExit3AndStartNothing(t *testing.T) {
 
 	for name, tc := range map[string]struct {
 		args []string
+		code int
 		want string
 	}{
-		"held past --wait": {[]string{"--wait", "1s"}, "still held by operation holder (instance orders-app, until 20"},
-		"forbidden":        {[]string{"--token-file", stranger}, "forbidden (403): this ServiceAccount is not in spec.deploymentClients"},
-		"unreachable":      {[]string{"--server", "https://127.0.0.1:1", "--wait", "1s"}, "is the deployment API reachable"},
-		"wrong CA":         {[]string{"--ca", writeForeignCA(t, s.dir)}, "certificate"},
+		"held past --wait": {[]string{"--wait", "1s"}, deploycmd.ExitNotAcquired, "still held by operation holder (instance orders-app, until 20"},
+		"forbidden":        {[]string{"--token-file", stranger}, deploycmd.ExitRefused, "forbidden (403): this ServiceAccount is not in spec.deploymentClients"},
+		"unreachable":      {[]string{"--server", "https://127.0.0.1:1", "--wait", "1s"}, deploycmd.ExitNotAcquired, "is the deployment API reachable"},
+		"wrong CA":         {[]string{"--ca", writeForeignCA(t, s.dir)}, deploycmd.ExitNotAcquired, "certificate"},
 	} {
 		args := append([]string{"run", "--group", operatortest.GroupName, "--instance", operatortest.Instance}, tc.args...)
 		args = append(args, "--", "sh", "-c", `touch "$OUT/ran"`)
 		code, p := s.run(30*time.Second, args...)
-		if code != deploycmd.ExitNotAcquired {
-			t.Errorf("%s: exit %d, want %d", name, code, deploycmd.ExitNotAcquired)
+		if code != tc.code {
+			t.Errorf("%s: exit %d, want %d", name, code, tc.code)
 		}
 		if !strings.Contains(p.stderr.String(), tc.want) {
 			t.Errorf("%s: stderr lacks %q", name, tc.want)
