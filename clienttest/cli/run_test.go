@@ -134,10 +134,17 @@ type proc struct {
 // start runs `bloodraven deploy args...` with the scene's environment.
 func (s *scene) start(args ...string) *proc {
 	s.t.Helper()
+	return s.startWith(nil, args...)
+}
+
+// startWith is start with more environment (later entries win).
+func (s *scene) startWith(env []string, args ...string) *proc {
+	s.t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"deploy"}, args...)...)
 	cmd.Env = append(os.Environ(), reexecEnv+"=1",
 		deploycmd.EnvServer+"="+s.op.URL, deploycmd.EnvCA+"="+s.op.CAFile, deploycmd.EnvTokenFile+"="+s.tokenFile,
 		"BR="+os.Args[0], "OUT="+s.dir)
+	cmd.Env = append(cmd.Env, env...)
 	p := &proc{cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	// A process the CLI failed to stop would hold the output pipes open and
@@ -564,6 +571,8 @@ func TestStatusPrintsTheObservation(t *testing.T) {
 		t.Fatalf("an interrupted run: exit %d, want %d (the command was interrupted)", code, deploycmd.ExitChildFailed)
 	}
 }
+
+func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }
 
 func fileExists(path string) bool {
 	_, err := os.Stat(path)

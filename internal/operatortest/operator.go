@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -68,6 +69,9 @@ type Options struct {
 	// Quiet discards the operator's logs even under -v (a load test would
 	// log a line per request).
 	Quiet bool
+	// IsLeader, when set, says whether the first replica's deployment API
+	// leads (default: always). See Replica for a second one.
+	IsLeader func() bool
 }
 
 // Operator is a running in-process operator and its scene: one group with
@@ -86,6 +90,9 @@ type Operator struct {
 
 	t   testing.TB
 	dir string
+	// newAPI builds another deployment API replica over the same caches.
+	newAPI func(isLeader func() bool) http.Handler
+	cert   tls.Certificate
 }
 
 // skewed is the real clock plus an offset.
@@ -148,16 +155,22 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 	must(t, r.SetupWithManager(mgr))
 
 	must(t, deployapi.IndexDatabases(ctx, mgr.GetFieldIndexer()))
-	api, err := deployapi.New(deployapi.Config{
-		IsLeader: func() bool { return true }, Clock: o.Clock, Kube: env.Kube, API: mgr.GetAPIReader(), Databases: mgr.GetCache(),
-		Leases: store, Log: quiet(t, opts.Quiet), Metrics: prometheus.NewRegistry(), Groups: mgr.GetCache(),
-	})
-	must(t, err)
-	var h http.Handler = api.Handler()
-	if opts.Wrap != nil {
-		h = opts.Wrap(h)
+	o.newAPI = func(isLeader func() bool) http.Handler {
+		api, err := deployapi.New(deployapi.Config{
+			IsLeader: isLeader, Clock: o.Clock, Kube: env.Kube, API: mgr.GetAPIReader(), Databases: mgr.GetCache(),
+			Leases: store, Log: quiet(t, opts.Quiet), Metrics: prometheus.NewRegistry(), Groups: mgr.GetCache(),
+		})
+		must(t, err)
+		var h http.Handler = api.Handler()
+		if opts.Wrap != nil {
+			h = opts.Wrap(h)
+		}
+		return h
 	}
-	o.serve(h)
+	if opts.IsLeader == nil {
+		opts.IsLeader = func() bool { return true }
+	}
+	o.serve(o.newAPI(opts.IsLeader))
 
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
@@ -187,18 +200,36 @@ func (o *Operator) serve(h http.Handler) {
 	must(t, err)
 	pair, err := ca.Issue("bloodraven", []string{"127.0.0.1", "localhost"}, time.Now(), 24*time.Hour)
 	must(t, err)
-	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+	o.cert, err = tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
 	must(t, err)
 	o.CAFile = filepath.Join(o.dir, "ca.crt")
 	must(t, os.WriteFile(o.CAFile, ca.CertPEM, 0o644))
+	o.URL = "https://" + o.listen(h)
+}
+
+// listen serves h over TLS with the scene's certificate on a fresh port of
+// 127.0.0.1 and returns its address.
+func (o *Operator) listen(h http.Handler) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	srv := &http.Server{Handler: h, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+	must(o.t, err)
+	srv := &http.Server{Handler: h, TLSConfig: &tls.Config{Certificates: []tls.Certificate{o.cert}, MinVersion: tls.VersionTLS12},
 		ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
-	t.Cleanup(func() { _ = srv.Close() })
-	o.URL = "https://" + ln.Addr().String()
+	o.t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String()
 }
+
+// Replica serves a second deployment API replica of the same operator (its
+// caches and Lease store; its own token cache and metrics), leading when
+// isLeader says so, with the scene's certificate. It returns its address
+// (host:port), for a balancer in front of both.
+func (o *Operator) Replica(isLeader func() bool) string {
+	o.t.Helper()
+	return o.listen(o.newAPI(isLeader))
+}
+
+// Addr is the first replica's address (host:port).
+func (o *Operator) Addr() string { return strings.TrimPrefix(o.URL, "https://") }
 
 // Token is a real TokenRequest token of the deploy ServiceAccount for the
 // deployment API's audience, bound to a fresh Secret: deleting that Secret
