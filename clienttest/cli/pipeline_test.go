@@ -337,3 +337,47 @@ func (s *scene) migrationPhase() leases.Phase {
 	s.t.Logf("migration Lease: state %s, phase %q", b, rec.Phase)
 	return rec.Phase
 }
+
+// A run succeeds only if authority was confirmed after its command ended.
+// The defect this pins: a run with ttl 120 whose leases were revoked while
+// its command ran printed "succeeded" and exited 0, because it checked only
+// its own deadlines. Here the lease GET is not served (an older operator),
+// so nothing tells the run of the revocation before the command ends; the
+// confirming renewal (phase done) then answers 409 revoked, and the run
+// exits 4, its outcome file says lost-before-ddl.
+func TestSuccessNeedsAConfirmationAfterTheCommandEnded(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	op := operatortest.Start(t, env, operatortest.Options{Wrap: func(h http.Handler) http.Handler { return rec.wrap(olderOperator(h)) }})
+	s := &scene{t: t, op: op, rec: rec, dir: t.TempDir(), tokenFile: op.TokenFile()}
+	outcome := s.dir + "/outcome.json"
+	p := s.start("run", "--group", operatortest.GroupName, "--instance", operatortest.Instance, "--ttl", "120", "--outcome-file", outcome, "--",
+		"sh", "-c", `touch "$OUT/started"; while [ ! -e "$OUT/go" ]; do sleep 0.05; done`)
+	s.waitFile("started", 30*time.Second)
+	s.op.RevokeAll()
+	waitUntil(t, 30*time.Second, "the revocation", func() bool { return len(s.observe().Leases) == 0 })
+	if err := writeFile(s.dir+"/go", ""); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 60*time.Second); code != deploycmd.ExitLostBeforeDDL {
+		t.Fatalf("exit %d, want %d: a run whose authority was revoked during its command must not succeed", code, deploycmd.ExitLostBeforeDDL)
+	}
+	var rec2 struct{ Outcome string }
+	if err := json.Unmarshal([]byte(s.read("outcome.json")), &rec2); err != nil || rec2.Outcome != "lost-before-ddl" {
+		t.Fatalf("outcome file %q (%v), want lost-before-ddl", s.read("outcome.json"), err)
+	}
+	if !strings.Contains(p.stderr.String(), "AUTHORITY NOT CONFIRMED after the command ended") {
+		t.Fatal("stderr does not say why")
+	}
+}
+
+func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not happen within %s", what, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,295 @@
+package deployclient
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeClock is a manual Clock: time moves only with Step.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	c       chan time.Time
+	at      time.Time
+	done    bool
+	clock   *fakeClock
+	stopped bool
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)} }
+
+func (f *fakeClock) Now() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
+
+func (f *fakeClock) NewTimer(d time.Duration) Timer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := &fakeTimer{c: make(chan time.Time, 1), at: f.now.Add(d), clock: f}
+	if d <= 0 {
+		t.done = true
+		t.c <- f.now
+	} else {
+		f.timers = append(f.timers, t)
+	}
+	return t
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.c }
+func (t *fakeTimer) Stop() bool {
+	t.clock.mu.Lock()
+	defer t.clock.mu.Unlock()
+	was := !t.done && !t.stopped
+	t.stopped = true
+	return was
+}
+
+// Step moves the clock and fires the timers that came due.
+func (f *fakeClock) Step(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = f.now.Add(d)
+	for _, t := range f.timers {
+		if !t.done && !t.stopped && !t.at.After(f.now) {
+			t.done = true
+			t.c <- f.now
+		}
+	}
+}
+
+// pending counts the timers that have not fired or been stopped.
+func (f *fakeClock) pending() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, t := range f.timers {
+		if !t.done && !t.stopped {
+			n++
+		}
+	}
+	return n
+}
+
+// fakeAPI answers the deployment API's requests for one operation, as
+// scripted by grant: what the n-th POST of a kind answers.
+type fakeAPI struct {
+	mu     sync.Mutex
+	posts  map[string]int
+	grant  func(kind string, n int, w http.ResponseWriter) bool // false: default answer
+	calls  []string
+	bodies []string
+}
+
+func (a *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	a.mu.Lock()
+	a.calls = append(a.calls, r.Method+" "+r.URL.Path)
+	a.bodies = append(a.bodies, string(body))
+	a.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	lease := func(kind string, status int, token bool) {
+		m := map[string]any{"kind": kind, "operationId": "op", "instance": "db", "expiresAt": "2026-12-01T00:00:30Z", "topologyGeneration": 1, "ttlSeconds": 30}
+		if token {
+			m["token"] = "lease-token-" + kind
+		}
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(m)
+	}
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/deploy/v1/groups/g":
+		_, _ = w.Write([]byte(`{"group":"g","namespace":"n","topologyGeneration":1,"leases":[]}`))
+	case r.Method == http.MethodPost:
+		var req struct{ Kind string }
+		_ = json.Unmarshal(body, &req)
+		a.mu.Lock()
+		if a.posts == nil {
+			a.posts = map[string]int{}
+		}
+		a.posts[req.Kind]++
+		n := a.posts[req.Kind]
+		a.mu.Unlock()
+		if a.grant != nil && a.grant(req.Kind, n, w) {
+			return
+		}
+		lease(req.Kind, http.StatusCreated, true)
+	case r.Method == http.MethodPut:
+		kind := "migration"
+		if strings.Contains(r.URL.Path, "/failover-hold/") {
+			kind = "failover-hold"
+		}
+		lease(kind, http.StatusOK, false)
+	case r.Method == http.MethodDelete:
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		_, _ = w.Write([]byte(`{"error":"method_not_allowed"}`))
+	}
+}
+
+func (a *fakeAPI) requests() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.calls...)
+}
+
+func fakeSession(t *testing.T, api *fakeAPI, clk Clock, takeOver bool) SessionConfig {
+	t.Helper()
+	srv := httptest.NewTLSServer(api)
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tok := filepath.Join(dir, "token")
+	if err := os.WriteFile(tok, []byte("bearer"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Config{Server: srv.URL, CAFile: ca, TokenFile: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return SessionConfig{Client: c, Group: "g", Instance: "db", OperationID: "op", TTL: 30 * time.Second, Clock: clk, TakeOver: takeOver, NoWatch: true}
+}
+
+// regrantFirst answers the first migration POST 200: a re-grant, so another
+// runner held the operation.
+func regrantFirst(kind string, n int, w http.ResponseWriter) bool {
+	if kind != KindMigration || n != 1 {
+		return false
+	}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(`{"kind":"migration","operationId":"op","instance":"db","expiresAt":"2026-12-01T00:00:30Z","topologyGeneration":1,"ttlSeconds":30,"token":"t"}`))
+	return true
+}
+
+type acquired struct {
+	s   *Session
+	err error
+}
+
+func acquireAsync(cfg SessionConfig) chan acquired {
+	ch := make(chan acquired, 1)
+	go func() { s, err := Acquire(context.Background(), cfg); ch <- acquired{s, err} }()
+	return ch
+}
+
+// A take-over starts nothing before 120 s have passed on the session's own
+// clock since the re-grant was answered, and keeps the lease renewed
+// meanwhile.
+func TestATakeOverWaitsTheMaximumTTLOnItsOwnClock(t *testing.T) {
+	clk := newFakeClock()
+	api := &fakeAPI{grant: regrantFirst}
+	ch := acquireAsync(fakeSession(t, api, clk, true))
+	waitFor(t, "the take-over's wait", func() bool { return clk.pending() >= 2 }) // the heartbeat's and the wait's timers
+	for elapsed := time.Duration(0); elapsed < 115*time.Second; elapsed += 5 * time.Second {
+		clk.Step(5 * time.Second)
+		time.Sleep(20 * time.Millisecond) // let a due renewal go out and come back
+		select {
+		case a := <-ch:
+			t.Fatalf("Acquire returned %s after the re-grant (%v): before the previous holder's deadline has certainly passed", elapsed+5*time.Second, a.err)
+		default:
+		}
+	}
+	clk.Step(6 * time.Second)
+	var a acquired
+	select {
+	case a = <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Acquire did not return once 120 s had passed")
+	}
+	if a.err != nil || !a.s.TookOver() {
+		t.Fatalf("Acquire = %v, took over %v", a.err, a.s != nil && a.s.TookOver())
+	}
+	renewals := 0
+	for _, c := range api.requests() {
+		if strings.HasPrefix(c, "PUT ") {
+			renewals++
+		}
+	}
+	if renewals < 10 {
+		t.Fatalf("%d renewals during a 120 s take-over of a 30 s lease; want one every 10 s", renewals)
+	}
+	_ = a.s.Release(context.Background(), nil)
+}
+
+// Without TakeOver, a re-grant on the first POST is another runner's
+// operation: Acquire fails with OperationLiveError, starts nothing, renews
+// the lease to the maximum ttl and never releases it.
+func TestARegrantOnTheFirstPostIsAnotherRunner(t *testing.T) {
+	api := &fakeAPI{grant: regrantFirst}
+	_, err := Acquire(context.Background(), fakeSession(t, api, RealClock{}, false))
+	var live *OperationLiveError
+	if !errors.As(err, &live) || !live.ReGranted {
+		t.Fatalf("Acquire = %v, want an OperationLiveError (re-granted)", err)
+	}
+	var sawMax bool
+	for i, c := range api.requests() {
+		if strings.HasPrefix(c, "DELETE ") {
+			t.Fatalf("the re-granted lease was released (%s): another operation could start beside the other runner", c)
+		}
+		if strings.HasPrefix(c, "PUT ") && strings.Contains(api.bodies[i], `"ttlSeconds":120`) {
+			sawMax = true
+		}
+	}
+	if !sawMax {
+		t.Fatalf("the re-granted lease was not renewed to 120 s: %v", api.requests())
+	}
+}
+
+// A 200 that answers the retry of a grant whose answer was lost is the
+// session's own grant, not another runner's: no wait.
+func TestARegrantAfterALostAnswerIsNotATakeOver(t *testing.T) {
+	clk := newFakeClock()
+	api := &fakeAPI{grant: func(kind string, n int, w http.ResponseWriter) bool {
+		if kind != KindMigration {
+			return false
+		}
+		if n == 1 {
+			// The server granted it, and the answer is lost on the way.
+			hj, _ := w.(http.Hijacker)
+			conn, _, _ := hj.Hijack()
+			conn.Close()
+			return true
+		}
+		return regrantFirst(kind, 1, w)
+	}}
+	cfg := fakeSession(t, api, clk, false)
+	cfg.Wait = time.Minute
+	ch := acquireAsync(cfg)
+	waitFor(t, "the retry's backoff", func() bool { return clk.pending() >= 1 })
+	clk.Step(10 * time.Second) // past the backoff
+	select {
+	case a := <-ch:
+		if a.err != nil || a.s.TookOver() {
+			t.Fatalf("Acquire = %v (took over %v), want the session's own grant", a.err, a.s != nil && a.s.TookOver())
+		}
+		_ = a.s.Release(context.Background(), nil)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Acquire waited: the retry's 200 was taken for another runner's operation")
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never came", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
