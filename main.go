@@ -167,10 +167,17 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 	}
 
 	var leader server.LeaderState
+	elected := closedChan()
 	if opts.leaderElection {
-		leader.WatchElected(mgr.Elected(), ctx.Done())
-	} else {
-		leader.WatchElected(closedChan(), ctx.Done())
+		elected = mgr.Elected()
+	}
+	leader.WatchElected(elected, ctx.Done())
+	if opts.leaderLabelPod != "" && opts.leaderElectionNS != "" {
+		kube, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("leader label: %w", err)
+		}
+		go server.LabelLeader(kube, opts.leaderElectionNS, opts.leaderLabelPod, elected, ctx.Done(), log.WithName("leader-label"))
 	}
 
 	clk := clock.RealClock{}

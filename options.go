@@ -21,6 +21,7 @@ const (
 	envLeaderElectNS  = "POD_NAMESPACE"
 	envOperatorSA     = "BLOODRAVEN_OPERATOR_SERVICE_ACCOUNT"
 	envTopology       = "BLOODRAVEN_TOPOLOGY_DRIVER"
+	envPodName        = "POD_NAME"
 )
 
 // options is the operator's whole configuration.
@@ -44,6 +45,9 @@ type options struct {
 	printVersionAndExit bool
 	topologyDriver      string
 	probeInterval       time.Duration
+	// leaderLabelPod is this replica's Pod (in leaderElectionNS), which it
+	// labels with server.LeaderLabel; empty outside a cluster.
+	leaderLabelPod string
 }
 
 // parseOptions reads flags from args with defaults from getenv.
@@ -97,6 +101,7 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 	fs.BoolVar(&o.printVersionAndExit, "version", false, "Print the version and exit.")
 	fs.StringVar(&o.topologyDriver, "topology-driver", envStr(envTopology, "none"), "Data-plane driver: mysql (SQL to each site's MySQL/MariaDB; credentials from spec.credentialsSecretRef), none (report NoPrimary, never fail over) or simulated (in-memory sites; moves no data) (env "+envTopology+").")
 	fs.DurationVar(&o.probeInterval, "probe-interval", 10*time.Second, "How often a quiet group's sites are probed.")
+	fs.StringVar(&o.leaderLabelPod, "leader-label-pod", getenv(envPodName), "This replica's Pod, in the leader-election namespace: labelled "+server.LeaderLabel+"=true while it leads, false otherwise, so a Service can route the deployment API to the leader (env "+envPodName+"); empty: no label.")
 
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -305,3 +305,52 @@ func TestTheChartFollowsTheRelease(t *testing.T) {
 		t.Fatalf("Chart.yaml version %q, appVersion %q; VERSION says %q", chart.Version, chart.AppVersion, want)
 	}
 }
+
+// The spec's address reaches only the leader: the Service named by
+// auxiliary.service.name selects the leader label the operator keeps on its
+// own Pod; the webhooks go through a second Service over every replica; the
+// operator may patch Pods of its own namespace only, to set the label.
+func TestTheSpecsAddressReachesOnlyTheLeader(t *testing.T) {
+	out, err := render(t, cases["deploy-api"]...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := docs(t, out)
+	selectors := map[string]map[string]any{}
+	for _, s := range find(objs, "Service") {
+		sel, _, _ := unstructured.NestedMap(s.Object, "spec", "selector")
+		selectors[s.GetName()] = sel
+	}
+	if selectors["bloodraven"]["bloodraven.shipstream.io/leader"] != "true" {
+		t.Fatalf("Service bloodraven selects %v: want the leader label", selectors["bloodraven"])
+	}
+	if wh, ok := selectors["bloodraven-webhooks"]; !ok || wh["bloodraven.shipstream.io/leader"] != nil {
+		t.Fatalf("the webhooks' Service selects %v (present %v): want every replica", wh, ok)
+	}
+	for _, w := range find(objs, "ValidatingWebhookConfiguration") {
+		hooks, _, _ := unstructured.NestedSlice(w.Object, "webhooks")
+		for _, h := range hooks {
+			name, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "service", "name")
+			if name != "bloodraven-webhooks" {
+				t.Fatalf("webhook %v goes through Service %q, want bloodraven-webhooks", h.(map[string]any)["name"], name)
+			}
+		}
+	}
+	var roles int
+	for _, r := range find(objs, "Role") {
+		rules, _, _ := unstructured.NestedSlice(r.Object, "rules")
+		for _, rule := range rules {
+			res, _, _ := unstructured.NestedStringSlice(rule.(map[string]any), "resources")
+			verbs, _, _ := unstructured.NestedStringSlice(rule.(map[string]any), "verbs")
+			if strings.Join(res, ",") == "pods" && strings.Join(verbs, ",") == "get,patch" && r.GetNamespace() == "bloodraven" {
+				roles++
+			}
+		}
+	}
+	if roles != 1 {
+		t.Fatal("no Role lets the operator get and patch the Pods of its own namespace")
+	}
+	if !strings.Contains(out, "name: POD_NAME") {
+		t.Fatal("the Deployment does not give the operator its Pod's name")
+	}
+}

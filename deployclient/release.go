@@ -74,4 +74,3 @@ func (s *Session) release(ctx context.Context, l *lease) error {
 	l.mu.Unlock()
 	return nil
 }
-

@@ -337,7 +337,6 @@ func (s *Session) progress(format string, args ...any) {
 	}
 }
 
-
 // TookOver reports whether the migration lease was taken over from another
 // runner of the same operation.
 func (s *Session) TookOver() bool { return s.tookOver }

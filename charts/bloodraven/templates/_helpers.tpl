@@ -22,6 +22,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{ .Values.auxiliary.service.name | default (include "bloodraven.fullname" .) }}
 {{- end -}}
 
+{{- define "bloodraven.webhookServiceName" -}}
+{{ printf "%s-webhooks" (include "bloodraven.serviceName" .) | trunc 63 | trimSuffix "-" }}
+{{- end -}}
+
 {{/* Misconfigurations that must not render. */}}
 {{- define "bloodraven.validate" -}}
 {{- $a := .Values.auxiliary -}}
