@@ -28,6 +28,19 @@
 // (server.TLSServer) hands those paths to the API as sent, and paths that
 // name no route answer 404 not_found after authentication.
 //
+// The lease GET (watch.go) answers a lease's state as a renewal would,
+// without renewing; with `Prefer: wait=N` (N <= 60) it holds the answer
+// until the lease stops being the caller's (a new generation, a revocation,
+// expiry, release, a re-grant with another token, a hold's mutex ending),
+// the wait ends, or this replica stops leading (503). While it waits it
+// reads only the operator's caches (every 200 ms), which costs the API
+// server nothing; a change the caches show is confirmed on fresh reads
+// before it is answered. It never writes.
+//
+// Migration renewals may carry a phase (pre-ddl, ddl, done); the record
+// keeps the furthest one reported, and a re-grant keeps it. A follower's
+// 503 not_leader carries Connection: close.
+//
 // Guarantees:
 //   - Mutual exclusion comes from the API server: grants and renewals are
 //     Creates or resourceVersion-preconditioned Updates of Lease objects

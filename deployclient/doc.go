@@ -1,10 +1,26 @@
 // Package deployclient is the pipeline side of the deployment API
-// (/deploy/v1): a Client for its four requests and a Session that holds a
+// (/deploy/v1): a Client for its five requests and a Session that holds a
 // group's migration mutex and the operation's failover-hold around a piece
 // of work, the way `consul lock` holds a lock around a child process, plus
-// the fencing consul lacks.
+// the fencing consul lacks. It is its own module and imports only the
+// standard library.
 //
 // A Session:
+//   - runs one runner at a time: an operation id that is live under another
+//     runner (the observation lists it, or the first grant attempt is
+//     answered 200) is not acquired (OperationLiveError), unless
+//     SessionConfig.TakeOver, which renews the lease and waits 120 s on the
+//     session's clock before Acquire returns. A 200 that answers a retry of
+//     an unanswered attempt is the session's own;
+//   - keeps one lease GET (long poll) open per lease besides its renewals,
+//     so a revocation, a move, a re-grant or a release by another token is
+//     learned within about a second; against an older operator (405) it
+//     says so and relies on the heartbeat;
+//   - reports the DDL boundary with a confirmed renewal (MarkDDL, phase
+//     ddl) and decides success only by a renewal after the work (Confirm,
+//     phase done on success) answered 200 at the grant's generation;
+//   - drops its idle connections on 503 not_leader, so a retry behind a
+//     Service can reach the leader;
 //   - takes the migration lease, then the failover-hold, for one operation
 //     id and instance; while another operation holds the mutex it waits
 //     until the holder's expiresAt (with jitter, within SessionConfig.Wait);
@@ -28,12 +44,17 @@
 //     and the server's hostname;
 //   - serializes grants (a retry after a lost answer re-grants the operation
 //     and swaps the token) with renewals of the same lease, and never POSTs
-//     to get past a revocation: 409 revoked is final for the operation;
+//     to get past a revocation: 409 revoked is final for the operation
+//     (AcquireError.Permanent, like 403 forbidden and 409
+//     verification_required);
 //   - releases the hold first, and the mutex only after a caller-supplied
 //     step has recorded the operation's outcome (Release);
 //   - leaves nothing held when Acquire fails: a granted lease is released,
 //     and a grant whose answer was lost is re-granted once to learn its
 //     token and released.
+//
+// Every time read and timer goes through SessionConfig.Clock (default
+// RealClock).
 //
 // Not guaranteed: that the work stops at the deadline. The session reports
 // the loss; stopping the work is the caller's (the CLI in package

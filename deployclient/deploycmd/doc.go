@@ -1,21 +1,30 @@
-// Package deploycmd is `bloodraven deploy`, the pipeline's command line, in
-// the operator's binary:
+// Package deploycmd is the pipeline's command line: the binary
+// bloodraven-deploy (cmd/bloodraven-deploy), and `bloodraven deploy` in the
+// operator's binary. Its command tree is cobra's (with shell completion):
 //
-//	bloodraven deploy run --group G --instance I [flags] -- COMMAND [ARGS]
-//	bloodraven deploy status --group G [-o json]
-//	bloodraven deploy mark-ddl
+//	bloodraven-deploy run --group G --instance I [flags] -- COMMAND [ARGS]
+//	bloodraven-deploy status --group G [-o json]
+//	bloodraven-deploy mark-ddl
+//	bloodraven-deploy completion bash|zsh|fish|powershell
 //
 // `run` holds the migration mutex and the failover-hold (package
 // deployclient) around COMMAND, like `consul lock`, with the fence consul
 // lacks. COMMAND gets BLOODRAVEN_GROUP, BLOODRAVEN_INSTANCE,
 // BLOODRAVEN_OPERATION_ID, BLOODRAVEN_TOPOLOGY_GENERATION and
-// BLOODRAVEN_DDL_MARKER, a file it creates (or `bloodraven deploy mark-ddl`
-// creates) before its first schema change.
+// BLOODRAVEN_DDL_MARKER and BLOODRAVEN_DEPLOY_CONTROL. Before its first
+// schema change it runs `mark-ddl`, which writes the marker file and returns
+// only once the run confirmed phase ddl with the operator (through the
+// run's control socket, a Unix socket in its private directory).
 //
 // Guarantees:
-//   - COMMAND starts only once both leases are held, in its own process
-//     group, with SIGKILL as its parent-death signal: a run killed outright
-//     takes COMMAND with it.
+//   - COMMAND starts only once both leases are held, and never while
+//     another runner of the same operation id may still run (exit 3, or
+//     --take-over: 120 s later). It runs in its own process group; on Linux
+//     with SIGKILL as its parent-death signal, so a run killed outright
+//     takes COMMAND with it (on macOS that is a documented best effort).
+//   - The run succeeds (exit 0) only if a renewal sent after COMMAND exited
+//     (phase done) was confirmed at the grant's generation; otherwise the
+//     DDL boundary decides between 4 and 5.
 //   - When either lease is lost (revoked, expired, token refused, a new
 //     topology generation, or no renewal confirmed --grace before the
 //     deadline) COMMAND's process group gets SIGTERM, then SIGKILL after
@@ -32,9 +41,10 @@
 //     synced) before the migration mutex is released; if the file cannot be
 //     written the mutex is left to lapse at its ttl.
 //   - Exit codes are distinct: 0 success, 1 COMMAND failed, 2 usage,
-//     3 could not acquire, 4 lost before the DDL boundary, 5 lost at or
-//     after it, 6 lost before it and --on-abort failed, 7 the outcome could
-//     not be written (the mutex is left to lapse).
+//     3 could not acquire now (retry), 4 lost before the DDL boundary, 5
+//     lost at or after it, 6 lost before it and --on-abort failed, 7 the
+//     outcome could not be written (the mutex is left to lapse), 8 refused
+//     for good (403 forbidden, 409 revoked, 409 verification_required).
 //   - Nothing secret is printed: not the bearer token, not a lease token.
 //
 // COMMAND runs in its own process group, so it should not read from a
