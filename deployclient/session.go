@@ -350,10 +350,6 @@ func (s *Session) WatchesLeases() bool { return !s.cfg.NoWatch && !s.noWatch.Loa
 // false once it answered 400 to one.
 func (s *Session) RecordsPhases() bool { return !s.noPhases.Load() }
 
-func (s *Session) leaseOf(kind string) *lease {
-	if kind == KindFailoverHold {
-		return s.hold
-	}
 	return s.mig
 }
 
