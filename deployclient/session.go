@@ -350,9 +350,6 @@ func (s *Session) WatchesLeases() bool { return !s.cfg.NoWatch && !s.noWatch.Loa
 // false once it answered 400 to one.
 func (s *Session) RecordsPhases() bool { return !s.noPhases.Load() }
 
-	return s.mig
-}
-
 // wantPhase is the phase renewals of the migration lease carry.
 func (s *Session) wantPhase() Phase {
 	s.phaseMu.Lock()
