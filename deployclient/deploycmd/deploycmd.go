@@ -186,7 +186,7 @@ func markDDLCommand(stderr io.Writer, getenv func(string) string) *cobra.Command
 			if path == "" {
 				return fail(ExitUsage, "%s is not set: run this inside 'bloodraven deploy run -- ...'", EnvDDLMarker)
 			}
-			if err := writeSynced(path, []byte(time.Now().UTC().Format(time.RFC3339Nano)+"\n")); err != nil {
+			if err := writeSynced(path, []byte(deployclient.RealClock{}.Now().UTC().Format(time.RFC3339Nano)+"\n")); err != nil {
 				return fail(1, "%v", err)
 			}
 			sock := getenv(EnvControl)

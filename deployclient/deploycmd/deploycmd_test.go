@@ -2,6 +2,7 @@ package deploycmd
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,5 +38,26 @@ func TestATokenGivenAsItsFileIsNotEchoed(t *testing.T) {
 	}
 	if _, err := deployclient.ReadToken("/nonexistent/token"); err == nil || !strings.Contains(err.Error(), "/nonexistent/token") {
 		t.Fatalf("a missing path is named: %v", err)
+	}
+}
+
+// run's help lists every exit code a pipeline can branch on, and the tree
+// offers shell completion.
+func TestRunHelpNamesEveryExitCode(t *testing.T) {
+	var out, errb strings.Builder
+	if code := Run("bloodraven-deploy", []string{"run", "--help"}, strings.NewReader(""), &out, &errb, func(string) string { return "" }); code != ExitOK {
+		t.Fatalf("run --help: exit %d: %s", code, errb.String())
+	}
+	for code := ExitOK; code <= ExitRefused; code++ {
+		if !strings.Contains(out.String(), "\n  "+strconv.Itoa(code)+"  ") {
+			t.Errorf("run --help does not explain exit %d:\n%s", code, out.String())
+		}
+	}
+	out.Reset()
+	if code := Run("bloodraven-deploy", []string{"completion", "bash"}, strings.NewReader(""), &out, &errb, func(string) string { return "" }); code != ExitOK || !strings.Contains(out.String(), "bash completion") {
+		t.Fatalf("completion bash: exit %d, %d bytes", code, out.Len())
+	}
+	if code := Run("bloodraven-deploy", []string{"run", "--no-such-flag"}, strings.NewReader(""), &out, &errb, func(string) string { return "" }); code != ExitUsage {
+		t.Fatalf("an unknown flag: exit %d, want %d", code, ExitUsage)
 	}
 }
