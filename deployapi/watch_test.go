@@ -2,7 +2,9 @@ package deployapi
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -287,5 +289,38 @@ func TestRenewalRecordsThePhaseForwardOnly(t *testing.T) {
 	f.grant("migration", "op-p", http.StatusOK)
 	if got := stored(); got != leases.PhaseDone {
 		t.Fatalf("a re-grant reset the phase to %q", got)
+	}
+}
+
+// A held answer outlives the listener's read timeout (the operator's TLS
+// listener has 30 s, the longest wait is 60 s): the read deadline bounds
+// reading the request, and net/http (Go 1.26) does not cancel a handler
+// whose request was read when it passes. Served here by a real TLS server
+// with a 1 s read timeout, a 3 s wait answers 200.
+func TestAHeldLeaseGetOutlivesTheReadTimeout(t *testing.T) {
+	f := newFixture(t)
+	g := f.grant("migration", "op-rt", http.StatusCreated)
+	waitCached(t, f, leases.MigrationName("playground"), g)
+	srv := httptest.NewUnstartedServer(f.srv.Handler())
+	srv.Config.ReadTimeout = time.Second
+	srv.StartTLS()
+	defer srv.Close()
+	c := srv.Client()
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+leasePath("migration", "op-rt"), nil)
+	req.Header.Set("Authorization", "Bearer "+f.token)
+	req.Header.Set("X-Lease-Token", g.str("token"))
+	req.Header.Set("Prefer", "wait=3")
+	go func() {
+		time.Sleep(2500 * time.Millisecond) // past the read timeout
+		f.clock.Step(3 * time.Second)      // the wait ends on the server's clock
+	}()
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("a held GET past the read timeout answered %d %s, want 200", resp.StatusCode, b)
 	}
 }
