@@ -2,9 +2,11 @@ package deployclient
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"time"
 )
 
@@ -40,26 +42,37 @@ func Acquire(ctx context.Context, cfg SessionConfig) (*Session, error) {
 	s.ctx, s.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	limit := s.clk.Now().Add(cfg.Wait)
 
+	// contested: the operation was, or may have been, live under another
+	// runner. Its mutex is then never released by a failed acquisition
+	// (that would let a third operation start beside the other runner's
+	// command): it is renewed to MaxTTL and left to lapse.
+	contested := false
 	cleanup := func(err error) (*Session, error) {
 		// Nothing may be left held: release what was granted, and what an
 		// unanswered grant may have granted; end the session.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		s.forget(rctx, s.hold)
-		s.forget(rctx, s.mig)
+		if contested {
+			s.lapse(rctx, s.mig)
+		} else {
+			s.forget(rctx, s.mig)
+		}
 		s.cancel(err)
 		return nil, err
 	}
 
 	// Is the operation live under another runner? Asking first leaves that
-	// runner alone; a failed observation decides nothing (the grant
-	// reports the same failure).
+	// runner alone. A failed observation decides nothing: the grant's 200
+	// says the same, later.
+	seenLive := false
 	if obs, err := cfg.Client.Observe(ctx, cfg.Group); err == nil {
 		if l := liveMigration(obs, cfg.OperationID); l != nil {
 			if !cfg.TakeOver {
 				s.cancel(errNotAcquired)
 				return nil, &AcquireError{Kind: KindMigration, Err: &OperationLiveError{OperationID: l.OperationID, Instance: l.Instance, ExpiresAt: l.ExpiresAt}}
 			}
+			seenLive, contested = true, true
 			s.progress("operation %s is live under another runner (instance %s, until %s): taking it over", l.OperationID, l.Instance, l.ExpiresAt)
 		}
 	}
@@ -69,8 +82,17 @@ func Acquire(ctx context.Context, cfg SessionConfig) (*Session, error) {
 		return cleanup(err)
 	}
 	s.generation = g.TopologyGeneration
+	// A 200 after the observation showed the operation live is the other
+	// runner's operation, whatever the attempts before it.
+	regranted = regranted || seenLive && !g.Created
+	contested = contested || regranted
 	if regranted && !cfg.TakeOver {
 		return nil, s.leaveToLapse(ctx, g)
+	}
+	if regranted && g.Phase == PhaseDDL {
+		// The other runner's command started its schema change and did not
+		// confirm its end: a second runner never resumes uncertain DDL.
+		return cleanup(&AcquireError{Kind: KindMigration, Err: &UncertainDDLError{OperationID: g.OperationID, Instance: g.Instance, Generation: g.TopologyGeneration}})
 	}
 	s.startLease(s.mig)
 	if regranted {
@@ -125,12 +147,31 @@ func liveMigration(g *Group, op string) *Listed {
 // would let another operation start beside that command; so the lease is
 // renewed to MaxTTL once and left to lapse.
 func (s *Session) leaveToLapse(ctx context.Context, g *Grant) error {
-	tok, _, _, _ := s.mig.snapshot()
-	if _, err := s.cfg.Client.Renew(ctx, s.cfg.Group, KindMigration, s.cfg.OperationID, tok, int64(MaxTTL/time.Second), ""); err != nil {
-		s.progress("renewing the re-granted migration lease to %s failed (%v): it lapses at its ttl of %ds", MaxTTL, err, g.TTLSeconds)
-	}
+	s.lapse(ctx, s.mig)
 	s.cancel(errNotAcquired)
 	return &AcquireError{Kind: KindMigration, Err: &OperationLiveError{OperationID: g.OperationID, Instance: g.Instance, ExpiresAt: g.ExpiresAt, ReGranted: true}}
+}
+
+// lapse stops l's heartbeat and renews it once to MaxTTL, never releasing
+// it: a contested operation's mutex outlives the other runner's deadline
+// and then lapses. Best effort: a failed renewal leaves the lease to lapse
+// at its current ttl.
+func (s *Session) lapse(ctx context.Context, l *lease) {
+	s.stopHeartbeat(l)
+	l.op.Lock()
+	defer l.op.Unlock()
+	token, _, _, _ := l.snapshot()
+	l.mu.Lock()
+	l.released = true // Release must not DELETE it either
+	l.mu.Unlock()
+	if token == "" {
+		return
+	}
+	if _, err := s.cfg.Client.Renew(ctx, s.cfg.Group, l.kind, s.cfg.OperationID, token, int64(MaxTTL/time.Second), ""); err != nil {
+		s.progress("renewing the %s lease to %s failed (%v): it lapses at its ttl", l.kind, MaxTTL, err)
+		return
+	}
+	s.progress("the %s lease of operation %s is left to lapse in %s (never released: the other runner's command may still run until then)", l.kind, s.cfg.OperationID, MaxTTL)
 }
 
 // waitTakeOver waits TakeOverWait from the re-grant's answer while the
@@ -168,15 +209,22 @@ func (s *Session) forget(ctx context.Context, l *lease) {
 // ambiguousAnswer reports a grant attempt whose effect is unknown: no
 // answer at all, or a server failure (5xx other than not_leader, which is
 // decided before anything is written). The server may have granted it.
+// A request that failed before it was written (no connection, a refused
+// dial, a failed or untrusted TLS handshake) granted nothing.
 func ambiguousAnswer(err error) bool {
 	if err == nil {
 		return false
 	}
 	var ae *APIError
-	if !errors.As(err, &ae) {
-		return true
+	if errors.As(err, &ae) {
+		return ae.Status >= 500 && ae.Code != CodeNotLeader
 	}
-	return ae.Status >= 500 && ae.Code != CodeNotLeader
+	var op *net.OpError
+	var rh tls.RecordHeaderError
+	if errors.As(err, &op) && op.Op == "dial" || errors.As(err, &rh) || untrusted(err) {
+		return false
+	}
+	return true
 }
 
 // grant asks for l until it is granted, a terminal answer comes, or limit

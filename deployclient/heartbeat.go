@@ -101,10 +101,14 @@ func (s *Session) renewNow(ctx context.Context, l *lease, phase Phase) (classifi
 		s.lose(c.lost)
 		return c, r
 	}
-	if l.kind == KindMigration && phase == "" {
+	// An explicit phase (MarkDDL, Confirm) is always sent, even after an
+	// operator once refused one (a rolling upgrade may have moved the
+	// leader to a newer replica); the heartbeat's phase is not, once
+	// refused.
+	if l.kind == KindMigration && phase == "" && !s.noPhases.Load() {
 		phase = s.wantPhase()
 	}
-	if l.kind != KindMigration || s.noPhases.Load() {
+	if l.kind != KindMigration {
 		phase = ""
 	}
 	rctx, cancel := context.WithTimeout(ctx, lossAt.Sub(r.sent))
@@ -116,6 +120,10 @@ func (s *Session) renewNow(ctx context.Context, l *lease, phase Phase) (classifi
 		s.progress("the operator does not record a migration's phase (it answered %v to phase %q): it is older than this client; the DDL boundary is kept on this side only, and renewals carry no phase", r.err, phase)
 		r.sent = s.clk.Now()
 		r.lease, r.err = s.cfg.Client.Renew(rctx, s.cfg.Group, l.kind, s.cfg.OperationID, token, ttlSeconds, "")
+		phase = "" // what was sent last
+	}
+	if phase != "" && r.err == nil {
+		s.noPhases.Store(false) // this operator records phases
 	}
 	r.answered = s.clk.Now()
 	if ctx.Err() != nil && r.err != nil {
@@ -179,8 +187,8 @@ func (s *Session) confirmPhase(ctx context.Context, phase Phase) error {
 		c, r := s.renewNow(ctx, s.mig, phase)
 		switch c.verdict {
 		case confirmed:
-			if phase != "" && s.noPhases.Load() {
-				return ErrPhaseNotRecorded
+			if phase != "" && r.lease.Phase == "" {
+				return ErrPhaseNotRecorded // a plain renewal after a 400 to the phase
 			}
 			if phase != "" && r.lease.Phase != "" && Phase(r.lease.Phase).before(phase) {
 				return errors.New("the operator answered the renewal without recording phase " + string(phase))

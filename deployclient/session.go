@@ -146,8 +146,13 @@ type AcquireError struct {
 }
 
 // Permanent reports a refusal that no retry of the same request can change:
-// 403 forbidden, 409 revoked, 409 verification_required.
+// 403 forbidden, 409 revoked, 409 verification_required, and an
+// UncertainDDLError.
 func (e *AcquireError) Permanent() bool {
+	var ud *UncertainDDLError
+	if errors.As(e.Err, &ud) {
+		return true
+	}
 	var ae *APIError
 	if !errors.As(e.Err, &ae) {
 		return false
@@ -157,6 +162,19 @@ func (e *AcquireError) Permanent() bool {
 		return true
 	}
 	return false
+}
+
+// UncertainDDLError: a take-over found the operation's record at phase ddl
+// (the other runner's command started its schema change and never
+// confirmed its end). A second runner never resumes uncertain DDL: a person
+// must verify the schema. The lease is left to lapse.
+type UncertainDDLError struct {
+	OperationID, Instance string
+	Generation            int64
+}
+
+func (e *UncertainDDLError) Error() string {
+	return fmt.Sprintf("operation %s (instance %s) passed its DDL boundary under another runner and never confirmed its end (generation %d): a second runner never resumes uncertain DDL; a person must verify the schema, then run a new operation id", e.OperationID, e.Instance, e.Generation)
 }
 
 // OperationLiveError: the operation id is live under another runner, and

@@ -6,12 +6,15 @@ import (
 	"encoding/pem"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -86,6 +89,8 @@ func (f *fakeClock) pending() int {
 // fakeAPI answers the deployment API's requests for one operation, as
 // scripted by grant: what the n-th POST of a kind answers.
 type fakeAPI struct {
+	// live: the observation lists the operation's migration lease.
+	live   bool
 	mu     sync.Mutex
 	posts  map[string]int
 	grant  func(kind string, n int, w http.ResponseWriter) bool // false: default answer
@@ -109,6 +114,8 @@ func (a *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(m)
 	}
 	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/deploy/v1/groups/g" && a.live:
+		_, _ = w.Write([]byte(`{"group":"g","namespace":"n","topologyGeneration":1,"leases":[{"kind":"migration","operationId":"op","instance":"db","expiresAt":"2026-12-01T00:00:30Z","topologyGeneration":1}]}`))
 	case r.Method == http.MethodGet && r.URL.Path == "/deploy/v1/groups/g":
 		_, _ = w.Write([]byte(`{"group":"g","namespace":"n","topologyGeneration":1,"leases":[]}`))
 	case r.Method == http.MethodPost:
@@ -291,5 +298,130 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("%s never came", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// lostFirstThenRegrant: the first migration POST is granted and its answer
+// lost; the retry is answered 200.
+func lostFirstThenRegrant(phase string) func(kind string, n int, w http.ResponseWriter) bool {
+	return func(kind string, n int, w http.ResponseWriter) bool {
+		if kind != KindMigration {
+			return false
+		}
+		if n == 1 {
+			hj, _ := w.(http.Hijacker)
+			conn, _, _ := hj.Hijack()
+			conn.Close()
+			return true
+		}
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte(`{"kind":"migration","operationId":"op","instance":"db","expiresAt":"2026-12-01T00:00:30Z","topologyGeneration":1,"ttlSeconds":30,"token":"t","phase":"` + phase + `"}`))
+		return true
+	}
+}
+
+// The observation showed the operation live: a later 200 is the other
+// runner's operation even after an unanswered attempt, so a take-over
+// still waits.
+func TestAnOperationSeenLiveIsTakenOverEvenAfterALostAnswer(t *testing.T) {
+	clk := newFakeClock()
+	api := &fakeAPI{live: true, grant: lostFirstThenRegrant("pre-ddl")}
+	cfg := fakeSession(t, api, clk, true)
+	cfg.Wait = time.Minute
+	ch := acquireAsync(cfg)
+	waitFor(t, "the retry's backoff", func() bool { return clk.pending() >= 1 })
+	clk.Step(10 * time.Second)
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case a := <-ch:
+		t.Fatalf("Acquire returned at once (%v): the operation was seen live under another runner", a.err)
+	default:
+	}
+	for i := 0; i < 25; i++ {
+		clk.Step(5 * time.Second)
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case a := <-ch:
+		if a.err != nil || !a.s.TookOver() {
+			t.Fatalf("Acquire = %v, want a take-over", a.err)
+		}
+		_ = a.s.Release(context.Background(), nil)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the take-over never ended")
+	}
+}
+
+// A take-over cut short (a signal during the 120 s wait) never releases the
+// re-granted mutex: it is renewed to 120 s and left to lapse.
+func TestAnInterruptedTakeOverLeavesTheMutexToLapse(t *testing.T) {
+	clk := newFakeClock()
+	api := &fakeAPI{grant: regrantFirst}
+	cfg := fakeSession(t, api, clk, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan error, 1)
+	go func() { _, err := Acquire(ctx, cfg); ch <- err }()
+	waitFor(t, "the take-over's wait", func() bool { return clk.pending() >= 2 })
+	cancel()
+	if err := <-ch; err == nil {
+		t.Fatal("an interrupted take-over acquired")
+	}
+	assertLeftToLapse(t, api)
+}
+
+// A take-over of an operation whose record says ddl is refused for good: a
+// second runner never resumes uncertain DDL.
+func TestATakeOverNeverResumesUncertainDDL(t *testing.T) {
+	api := &fakeAPI{grant: func(kind string, n int, w http.ResponseWriter) bool {
+		if kind != KindMigration {
+			return false
+		}
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte(`{"kind":"migration","operationId":"op","instance":"db","expiresAt":"2026-12-01T00:00:30Z","topologyGeneration":1,"ttlSeconds":30,"token":"t","phase":"ddl"}`))
+		return true
+	}}
+	_, err := Acquire(context.Background(), fakeSession(t, api, RealClock{}, true))
+	var ud *UncertainDDLError
+	var acq *AcquireError
+	if !errors.As(err, &ud) || !errors.As(err, &acq) || !acq.Permanent() {
+		t.Fatalf("Acquire = %v, want a permanent UncertainDDLError", err)
+	}
+	assertLeftToLapse(t, api)
+}
+
+func assertLeftToLapse(t *testing.T, api *fakeAPI) {
+	t.Helper()
+	var renewedToMax bool
+	for i, c := range api.requests() {
+		if strings.HasPrefix(c, "DELETE ") && strings.Contains(c, "/migration/") {
+			t.Fatalf("the contested mutex was released (%s)", c)
+		}
+		if strings.HasPrefix(c, "PUT ") && strings.Contains(c, "/migration/") && strings.Contains(api.bodies[i], `"ttlSeconds":120`) {
+			renewedToMax = true
+		}
+	}
+	if !renewedToMax {
+		t.Fatalf("the contested mutex was not renewed to 120 s: %v", api.requests())
+	}
+}
+
+// Only a request that may have been written can have granted something.
+func TestOnlyAnAttemptThatMayHaveBeenWrittenIsAmbiguous(t *testing.T) {
+	cases := map[string]struct {
+		err  error
+		want bool
+	}{
+		"connection refused at dial": {&url.Error{Op: "Post", URL: "https://x", Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}, false},
+		"reset while reading":        {&url.Error{Op: "Post", URL: "https://x", Err: &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}}, true},
+		"EOF before the answer":      {&url.Error{Op: "Post", URL: "https://x", Err: io.EOF}, true},
+		"503 unavailable":            {&APIError{Status: 503, Code: CodeUnavailable}, true},
+		"503 not_leader":             {&APIError{Status: 503, Code: CodeNotLeader}, false},
+		"409 held":                   {&APIError{Status: 409, Code: CodeHeld}, false},
+		"no error":                   {nil, false},
+	}
+	for name, tc := range cases {
+		if got := ambiguousAnswer(tc.err); got != tc.want {
+			t.Errorf("%s: ambiguous = %v, want %v", name, got, tc.want)
+		}
 	}
 }
