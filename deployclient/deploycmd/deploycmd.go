@@ -170,8 +170,9 @@ func (c *connFlags) client() (*deployclient.Client, error) {
 // decided as "after the boundary", the cautious side) and then asks the run,
 // over its control socket, to renew the migration lease with phase ddl; it
 // exits 0 only once the operator answered 200 to that renewal at the grant's
-// generation. A migration tool that runs its DDL only after mark-ddl
-// succeeded is gated even if the run is killed at once.
+// generation, so the operator's record of the operation says ddl before the
+// first schema change. (The verification gate that acts on that record,
+// DESIGN §5, is not built yet; the phase is on the wire and in the Lease.)
 func markDDLCommand(stderr io.Writer, getenv func(string) string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "mark-ddl",
@@ -247,9 +248,13 @@ func explain(err error, group, instance, op, tokenFile string, wait time.Duratio
 	var ae *deployclient.APIError
 	var acq *deployclient.AcquireError
 	var live *deployclient.OperationLiveError
+	var ud *deployclient.UncertainDDLError
 	errors.As(err, &acq)
-	if errors.As(err, &live) {
+	switch {
+	case errors.As(err, &live):
 		return live.Error()
+	case errors.As(err, &ud):
+		return ud.Error()
 	}
 	if !errors.As(err, &ae) {
 		return fmt.Sprintf("%v: is the deployment API reachable at the --server URL, and does --ca name its CA?", err)
