@@ -312,7 +312,7 @@ func TestAHeldLeaseGetOutlivesTheReadTimeout(t *testing.T) {
 	req.Header.Set("Prefer", "wait=3")
 	go func() {
 		time.Sleep(2500 * time.Millisecond) // past the read timeout
-		f.clock.Step(3 * time.Second)      // the wait ends on the server's clock
+		f.clock.Step(3 * time.Second)       // the wait ends on the server's clock
 	}()
 	resp, err := c.Do(req)
 	if err != nil {

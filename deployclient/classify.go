@@ -31,6 +31,8 @@ type renewal struct {
 	sent, answered time.Time
 	lease          *Lease
 	err            error
+	// phase is the phase the (last) request carried.
+	phase Phase
 }
 
 // lease state the answer is judged against.

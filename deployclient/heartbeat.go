@@ -125,6 +125,7 @@ func (s *Session) renewNow(ctx context.Context, l *lease, phase Phase) (classifi
 	if phase != "" && r.err == nil {
 		s.noPhases.Store(false) // this operator records phases
 	}
+	r.phase = phase
 	r.answered = s.clk.Now()
 	if ctx.Err() != nil && r.err != nil {
 		return classification{verdict: transient}, r // stopped meanwhile: decides nothing
@@ -187,10 +188,10 @@ func (s *Session) confirmPhase(ctx context.Context, phase Phase) error {
 		c, r := s.renewNow(ctx, s.mig, phase)
 		switch c.verdict {
 		case confirmed:
-			if phase != "" && r.lease.Phase == "" {
+			if phase != "" && r.phase == "" {
 				return ErrPhaseNotRecorded // a plain renewal after a 400 to the phase
 			}
-			if phase != "" && r.lease.Phase != "" && Phase(r.lease.Phase).before(phase) {
+			if phase != "" && r.lease.Phase != "" && r.lease.Phase.before(phase) {
 				return errors.New("the operator answered the renewal without recording phase " + string(phase))
 			}
 			return nil
