@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"sync"
@@ -94,6 +95,8 @@ type fixture struct {
 	// leaseTokens collects every lease token handed out, for the leak checks.
 	leaseTokens []string
 	mu          sync.Mutex
+	// tls serves a Server's handler over real TLS (the lease GET tests).
+	tls map[*Server]*httptest.Server
 }
 
 func newFixture(t testing.TB) *fixture {

@@ -14,17 +14,34 @@ import (
 	"github.com/prometheus/common/model"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/internal/scene"
 	"github.com/shipstream/bloodraven/leases"
 )
 
-// watchLease sends the lease GET, held for wait seconds when wait > 0.
+// watchLease sends the lease GET, held for wait seconds when wait > 0, over
+// real TLS: the server's handler behind an httptest TLS listener.
 func (f *fixture) watchLease(s *Server, kind, op, token string, wait int) response {
 	f.t.Helper()
 	h := []string{"X-Lease-Token", token}
 	if wait > 0 {
 		h = append(h, "Prefer", "wait="+strconv.Itoa(wait))
 	}
-	return f.doWith(s, http.MethodGet, leasePath(kind, op), f.token, nil, h...)
+	f.mu.Lock()
+	if f.tls == nil {
+		f.tls = map[*Server]*httptest.Server{}
+	}
+	ts := f.tls[s]
+	if ts == nil {
+		ts = httptest.NewTLSServer(s.Handler())
+		f.tls[s] = ts
+		f.t.Cleanup(ts.Close)
+	}
+	f.mu.Unlock()
+	r, err := scene.ForURL(ts.URL, ts.Client(), f.token).Send(http.MethodGet, leasePath(kind, op), nil, h...)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return response{status: r.Status, header: r.Header, raw: r.Raw, body: r.Body}
 }
 
 // The lease GET answers as a renewal would, and renews nothing.
@@ -147,8 +164,11 @@ func TestHeldLeaseGetEndsWithLeadershipAndWithItsWait(t *testing.T) {
 	select {
 	case r := <-answered:
 		expectError(t, r, http.StatusServiceUnavailable, "not_leader")
-		if r.header.Get("Connection") != "close" {
-			t.Fatalf("not_leader without Connection: close: %v", r.header)
+		// The header as the handler wrote it (a client consumes it: the
+		// connection is closed, and Go's drops the header).
+		direct := f.do(http.MethodGet, leasePath("migration", "op-l"), f.token, nil, "X-Lease-Token", g.str("token"))
+		if direct.header.Get("Connection") != "close" {
+			t.Fatalf("not_leader without Connection: close: %v", direct.header)
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("a held request outlived its replica's leadership")
