@@ -40,7 +40,14 @@ func TestLeaderKilledFollowerTakesOver(t *testing.T) {
 		st, body := grant(leader, "op-0")
 		return st == http.StatusConflict && body["error"] == "revoked" && body["reason"] == "operator_revoked"
 	})
-	st, held := grant(leader, "op-1")
+	// Grants answer 423 until the operator has removed the annotation
+	// (after the tombstone above): retry those.
+	var st int
+	var held map[string]any
+	waitFor(t, 30*time.Second, func() bool {
+		st, held = grant(leader, "op-1")
+		return st != http.StatusLocked
+	})
 	if st != http.StatusCreated {
 		t.Fatalf("grant op-1: %d %v", st, held)
 	}

@@ -153,16 +153,17 @@ func TestPlaygroundComesUpAsDocumented(t *testing.T) {
 		}
 	})
 
-	t.Run("the README's bloodraven deploy commands work with only the flags it shows", func(t *testing.T) {
+	t.Run("the README's bloodraven-deploy commands work with only the flags it shows", func(t *testing.T) {
 		// The commands are read from the README and pointed at this
 		// playground's state directory, port and binary.
 		_, port, _ := net.SplitHostPort(cfg.TLSAddr)
 		cmds := readmeDeployCommands(t, root)
 		if len(cmds) != 2 {
-			t.Fatalf("README shows %d bloodraven deploy commands, want run and status: %q", len(cmds), cmds)
+			t.Fatalf("README shows %d bloodraven-deploy commands, want run and status: %q", len(cmds), cmds)
 		}
+		cli := e2etest.BuildCLI(t, root)
 		for _, c := range cmds {
-			c = strings.NewReplacer("bin/bloodraven", cfg.OperatorBinary, ".dev/", cfg.StateDir+"/",
+			c = strings.NewReplacer("bin/bloodraven-deploy", cli, ".dev/", cfg.StateDir+"/",
 				"https://localhost:8443", "https://localhost:"+port).Replace(c)
 			cmd := exec.Command("sh", "-c", c)
 			cmd.Dir = root
@@ -361,7 +362,7 @@ func readmeDeployCommands(t *testing.T, root string) []string {
 	var out []string
 	lines := strings.Split(string(b), "\n")
 	for i := 0; i < len(lines); i++ {
-		if !strings.HasPrefix(lines[i], "bin/bloodraven deploy ") {
+		if !strings.HasPrefix(lines[i], "bin/bloodraven-deploy ") || strings.Contains(lines[i], " completion ") {
 			continue
 		}
 		c := lines[i]

@@ -84,6 +84,19 @@ func BuildOperator(t *testing.T, root string) string {
 	return out
 }
 
+// BuildCLI builds bloodraven-deploy (the client module's command) from the
+// checkout at root into a temporary directory.
+func BuildCLI(t *testing.T, root string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "bloodraven-deploy")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/bloodraven-deploy")
+	cmd.Dir = filepath.Join(root, "deployclient")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build bloodraven-deploy: %v\n%s", err, b)
+	}
+	return out
+}
+
 // Samples reads a Prometheus text page and returns its sample lines
 // (comments and blank lines left out).
 func Samples(t *testing.T, url string) []string {
