@@ -1,6 +1,7 @@
 package deployapi
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 
@@ -24,29 +25,12 @@ func (s *Server) renew(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 	}
 	var res result
 	err := leasestore.Optimistic(func(fresh bool) error {
-		obj, own, err := s.leases.GetOwn(ctx, g, c.kind, c.operationID, fresh)
+		obj, own, mig, tomb, err := s.leaseRecords(ctx, c, g, fresh)
 		if err != nil {
 			return err
 		}
 		if own != nil {
 			res.instance = own.Instance
-		}
-		var mig *leases.Record
-		if c.kind == leases.KindFailoverHold && own != nil {
-			// A hold lives only while its operation holds the live mutex. A
-			// cached mutex is enough to renew: a release of the mutex also
-			// rewrites the hold, so the write below conflicts.
-			o, err := s.leases.Get(ctx, g.Namespace, leases.MigrationName(g.Name), fresh)
-			if err != nil {
-				return err
-			}
-			mig = leasestore.RecordOf(o)
-		}
-		var tomb *leases.Record
-		if own == nil && fresh {
-			if tomb, err = s.leases.Tombstone(ctx, g, c.operationID); err != nil {
-				return err
-			}
 		}
 		now := s.clock.Now()
 		d := policy.DecideRenew(policy.RenewInput{Kind: c.kind, OperationID: c.operationID, Token: c.token, TTLSeconds: c.ttl.ptr(), Phase: c.phase,
@@ -87,6 +71,33 @@ func (s *Server) renew(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 		res.err = err
 	}
 	return res
+}
+
+// leaseRecords reads what a decision about the call's lease needs: its
+// object and record (nil when another operation or incarnation holds the
+// name), for a failover-hold its group's migration mutex (a hold lives only
+// while its operation holds the live mutex; a cached mutex is enough to
+// renew, since a release of the mutex also rewrites the hold, so a write
+// decided on it conflicts), and, on a fresh read of an absent record, the
+// operation's tombstone (tombstones are not cached).
+func (s *Server) leaseRecords(ctx context.Context, c *call, g *v1.MysqlFailoverGroup, fresh bool) (obj *leasestore.Object, own, mig, tomb *leases.Record, err error) {
+	obj, own, err = s.leases.GetOwn(ctx, g, c.kind, c.operationID, fresh)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if c.kind == leases.KindFailoverHold && own != nil {
+		o, err := s.leases.Get(ctx, g.Namespace, leases.MigrationName(g.Name), fresh)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		mig = leasestore.RecordOf(o)
+	}
+	if own == nil && fresh {
+		if tomb, err = s.leases.Tombstone(ctx, g, c.operationID); err != nil {
+			return nil, nil, nil, nil, err
+		}
+	}
+	return obj, own, mig, tomb, nil
 }
 
 // release ends a live lease whose token matches; anything not live is

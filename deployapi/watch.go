@@ -176,26 +176,12 @@ func stillHeld(o policy.LeaseOutcome) bool {
 func (s *Server) leaseAnswer(ctx context.Context, c *call, g *v1.MysqlFailoverGroup) result {
 	var res result
 	err := leasestore.Optimistic(func(fresh bool) error {
-		_, own, err := s.leases.GetOwn(ctx, g, c.kind, c.operationID, fresh)
+		_, own, mig, tomb, err := s.leaseRecords(ctx, c, g, fresh)
 		if err != nil {
 			return err
 		}
 		if own != nil {
 			res.instance = own.Instance
-		}
-		var mig *leases.Record
-		if c.kind == leases.KindFailoverHold && own != nil {
-			o, err := s.leases.Get(ctx, g.Namespace, leases.MigrationName(g.Name), fresh)
-			if err != nil {
-				return err
-			}
-			mig = leasestore.RecordOf(o)
-		}
-		var tomb *leases.Record
-		if own == nil && fresh {
-			if tomb, err = s.leases.Tombstone(ctx, g, c.operationID); err != nil {
-				return err
-			}
 		}
 		d := policy.DecideRenew(policy.RenewInput{Kind: c.kind, OperationID: c.operationID, Token: c.token,
 			Group: groupView(g), Record: own, Migration: mig, Tombstone: tomb, Now: s.clock.Now()})
