@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -65,6 +66,8 @@ type Server struct {
 	log     logr.Logger
 	metrics *metrics
 	router  *httprouter.Router
+	// holding counts the lease GETs held right now.
+	holding atomic.Int64
 }
 
 // New builds the API. Its Handler answers under PathPrefix.

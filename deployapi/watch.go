@@ -76,6 +76,8 @@ func (s *Server) watch(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 		return res
 	}
 	deadline := s.clock.Now().Add(c.wait)
+	s.holding.Add(1)
+	defer s.holding.Add(-1)
 	tick := time.NewTicker(watchPoll)
 	defer tick.Stop()
 	var lastAlarm watchMark

@@ -20,6 +20,19 @@ import (
 
 // watchLease sends the lease GET, held for wait seconds when wait > 0, over
 // real TLS: the server's handler behind an httptest TLS listener.
+// waitHeld waits until s holds n lease GETs: the request was authorized,
+// answered 200 at first, and now waits.
+func (f *fixture) waitHeld(s *Server, n int64) {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.holding.Load() < n {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%d lease GETs held, want %d", s.holding.Load(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func (f *fixture) watchLease(s *Server, kind, op, token string, wait int) response {
 	f.t.Helper()
 	h := []string{"X-Lease-Token", token}
@@ -125,10 +138,11 @@ func TestHeldLeaseGetAnswersWithinASecondOfTheEnd(t *testing.T) {
 			}
 			answered := make(chan response, 1)
 			go func() { answered <- f.watchLease(f.srv, tc.kind, "op-w", tok, 30) }()
+			f.waitHeld(f.srv, 1)
 			select {
 			case r := <-answered:
 				t.Fatalf("answered before the end: %d %s", r.status, r.raw)
-			case <-time.After(700 * time.Millisecond):
+			case <-time.After(300 * time.Millisecond): // a few looks at the caches
 			}
 			ended := time.Now()
 			tc.end(f, m.str("token"))
@@ -159,7 +173,7 @@ func TestHeldLeaseGetEndsWithLeadershipAndWithItsWait(t *testing.T) {
 	waitCached(t, f, leases.MigrationName("playground"), g)
 	answered := make(chan response, 1)
 	go func() { answered <- f.watchLease(f.srv, "migration", "op-l", g.str("token"), 30) }()
-	time.Sleep(500 * time.Millisecond)
+	f.waitHeld(f.srv, 1)
 	f.leader.Store(false)
 	select {
 	case r := <-answered:
@@ -176,7 +190,7 @@ func TestHeldLeaseGetEndsWithLeadershipAndWithItsWait(t *testing.T) {
 	f.leader.Store(true)
 
 	go func() { answered <- f.watchLease(f.srv, "migration", "op-l", g.str("token"), 2) }()
-	time.Sleep(500 * time.Millisecond)
+	f.waitHeld(f.srv, 1)
 	f.clock.Step(2 * time.Second) // the wait is measured on the server's clock
 	select {
 	case r := <-answered:
@@ -199,7 +213,7 @@ func TestHeldLeaseGetCostsTheAPIServerNothingWhileItWaits(t *testing.T) {
 	waitCached(t, f, leases.MigrationName("playground"), g)
 	answered := make(chan response, 1)
 	go func() { answered <- f.watchLease(s, "migration", "op-c", g.str("token"), 30) }()
-	time.Sleep(700 * time.Millisecond) // authentication, authorization and the first answer
+	f.waitHeld(s, 1) // authentication, authorization and the first answer are done
 	log.take()
 	before := apiserverRequests(t)
 	time.Sleep(3 * time.Second)
@@ -331,7 +345,8 @@ func TestAHeldLeaseGetOutlivesTheReadTimeout(t *testing.T) {
 	req.Header.Set("X-Lease-Token", g.str("token"))
 	req.Header.Set("Prefer", "wait=3")
 	go func() {
-		time.Sleep(2500 * time.Millisecond) // past the read timeout
+		f.waitHeld(f.srv, 1)
+		time.Sleep(1500 * time.Millisecond) // held past the 1 s read timeout
 		f.clock.Step(3 * time.Second)       // the wait ends on the server's clock
 	}()
 	resp, err := c.Do(req)

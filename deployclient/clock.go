@@ -32,27 +32,21 @@ type realTimer struct{ t *time.Timer }
 func (r realTimer) C() <-chan time.Time { return r.t.C }
 func (r realTimer) Stop() bool          { return r.t.Stop() }
 
-// sleep waits d on clk; false when done closed first.
-func sleep(clk Clock, d time.Duration, done ...<-chan struct{}) bool {
+// sleep waits d on clk; false when a or b closed first (a nil channel
+// never does).
+func sleep(clk Clock, d time.Duration, a, b <-chan struct{}) bool {
+	select {
+	case <-a:
+		return false
+	case <-b:
+		return false
+	default:
+	}
 	if d <= 0 {
-		for _, ch := range done {
-			select {
-			case <-ch:
-				return false
-			default:
-			}
-		}
 		return true
 	}
 	t := clk.NewTimer(d)
 	defer t.Stop()
-	var a, b <-chan struct{}
-	if len(done) > 0 {
-		a = done[0]
-	}
-	if len(done) > 1 {
-		b = done[1]
-	}
 	select {
 	case <-a:
 		return false

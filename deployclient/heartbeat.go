@@ -38,7 +38,7 @@ func (s *Session) heartbeat(ctx context.Context, l *lease) {
 		if lossAt.Before(wake) {
 			wake = lossAt
 		}
-		if !sleep(s.clk, wake.Sub(s.clk.Now()), ctx.Done()) {
+		if !sleep(s.clk, wake.Sub(s.clk.Now()), ctx.Done(), nil) {
 			return
 		}
 		now := s.clk.Now()

@@ -62,7 +62,7 @@ func (s *Session) release(ctx context.Context, l *lease) error {
 		if err = s.cfg.Client.Release(ctx, s.cfg.Group, l.kind, s.cfg.OperationID, token); err == nil || !Transient(err) {
 			break
 		}
-		if !sleep(s.clk, backoff(attempt, nil), ctx.Done()) {
+		if !sleep(s.clk, backoff(attempt, nil), ctx.Done(), nil) {
 			break
 		}
 	}

@@ -261,19 +261,7 @@ func TestARegrantOnTheFirstPostIsAnotherRunner(t *testing.T) {
 // session's own grant, not another runner's: no wait.
 func TestARegrantAfterALostAnswerIsNotATakeOver(t *testing.T) {
 	clk := newFakeClock()
-	api := &fakeAPI{grant: func(kind string, n int, w http.ResponseWriter) bool {
-		if kind != KindMigration {
-			return false
-		}
-		if n == 1 {
-			// The server granted it, and the answer is lost on the way.
-			hj, _ := w.(http.Hijacker)
-			conn, _, _ := hj.Hijack()
-			conn.Close()
-			return true
-		}
-		return regrantFirst(kind, 1, w)
-	}}
+	api := &fakeAPI{grant: lostFirstThenRegrant("pre-ddl")}
 	cfg := fakeSession(t, api, clk, false)
 	cfg.Wait = time.Minute
 	ch := acquireAsync(cfg)
@@ -302,7 +290,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // lostFirstThenRegrant: the first migration POST is granted and its answer
-// lost; the retry is answered 200.
+// lost on the way; the retry is answered 200 (the same operation's lease,
+// at phase).
 func lostFirstThenRegrant(phase string) func(kind string, n int, w http.ResponseWriter) bool {
 	return func(kind string, n int, w http.ResponseWriter) bool {
 		if kind != KindMigration {

@@ -37,7 +37,7 @@ func (s *Session) watch(ctx context.Context, l *lease) {
 			// A held answer comes after watchWait; one that came at once
 			// (a server that ignores Prefer: wait) must not make this a
 			// busy loop.
-			if s.clk.Now().Sub(sent) < time.Second && !sleep(s.clk, time.Second, ctx.Done()) {
+			if s.clk.Now().Sub(sent) < time.Second && !sleep(s.clk, time.Second, ctx.Done(), nil) {
 				return
 			}
 			continue
@@ -64,7 +64,7 @@ func (s *Session) watch(ctx context.Context, l *lease) {
 		}
 		// Transient (503, a dropped connection, 423): ask again soon; the
 		// heartbeat keeps the deadline meanwhile.
-		if !sleep(s.clk, min(retryPause(err, ttl), backoff(attempt, nil)), ctx.Done()) {
+		if !sleep(s.clk, min(retryPause(err, ttl), backoff(attempt, nil)), ctx.Done(), nil) {
 			return
 		}
 	}
