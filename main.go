@@ -84,6 +84,7 @@ func Version() string {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "deploy" {
@@ -150,9 +151,28 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 		return err
 	}
 	tlsServer := server.NewTLSServer(tlsOpts)
+	cacheOpts := cache.Options{ByObject: leasestore.CacheByObject()}
+	if len(opts.watchNamespaces) > 0 {
+		// The namespaced install: every informer, and so every
+		// reconcile and every proposal of the deployment API, is
+		// confined to these namespaces (and the Role bindings there).
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range opts.watchNamespaces {
+			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	scheme := bloodravenscheme.New()
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	key, err := leasestore.LoadRecordKey(ctx, direct, opts.leaderElectionNS, opts.recordKeySecret)
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        bloodravenscheme.New(),
-		Cache:                         cache.Options{ByObject: leasestore.CacheByObject()},
+		Scheme:                        scheme,
+		Cache:                         cacheOpts,
 		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
 		HealthProbeBindAddress:        opts.probeAddr,
 		WebhookServer:                 tlsServer,
@@ -184,7 +204,19 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 	if err := ctrlmetrics.Registry.Register(server.CertificateExpiry(opts.tlsCertDir)); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	store := &leasestore.Store{Client: mgr.GetClient(), Cached: mgr.GetCache(), API: mgr.GetAPIReader(), Clock: clk}
+	unverified, err := unverifiedRecords(ctrlmetrics.Registry, log.WithName("leasestore"))
+	if err != nil {
+		return err
+	}
+	store := &leasestore.Store{Client: mgr.GetClient(), Cached: mgr.GetCache(), API: mgr.GetAPIReader(), Clock: clk,
+		Key: key, OnUnverified: unverified}
+	guard, err := newLeaseGuardCheck(cfg, opts.leaseGuardPolicy, ctrlmetrics.Registry, log.WithName("lease-guard"))
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(guard); err != nil {
+		return fmt.Errorf("lease guard check: %w", err)
+	}
 	bloodravenwebhook.Register(mgr.GetWebhookServer(), mgr.GetScheme(), opts.operatorIdentity)
 	if err := addGroupController(mgr, opts, store, clk); err != nil {
 		return err
@@ -218,7 +250,7 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 	}
 
 	log.Info("starting operator", "version", Version(), "tlsAddr", opts.tlsAddr, "auxAddr", opts.auxAddr,
-		"leaderElection", opts.leaderElection, "deployAPI", opts.deployAPI)
+		"leaderElection", opts.leaderElection, "deployAPI", opts.deployAPI, "watchNamespaces", opts.watchNamespaces)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}

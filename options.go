@@ -4,8 +4,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/shipstream/bloodraven/server"
 )
@@ -48,6 +52,15 @@ type options struct {
 	// leaderLabelPod is this replica's Pod (in leaderElectionNS), which it
 	// labels with server.LeaderLabel; empty outside a cluster.
 	leaderLabelPod string
+	// recordKeySecret names the Secret, in leaderElectionNS, holding the
+	// key of the deployment lease records' MACs.
+	recordKeySecret string
+	// leaseGuardPolicy names the ValidatingAdmissionPolicy (and its
+	// binding) that keeps deployment Leases the operator's alone.
+	leaseGuardPolicy string
+	// watchNamespaces, when set, confines the operator to these namespaces
+	// (the chart's namespaced install).
+	watchNamespaces []string
 }
 
 // parseOptions reads flags from args with defaults from getenv.
@@ -103,6 +116,24 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 	fs.DurationVar(&o.probeInterval, "probe-interval", 10*time.Second, "How often a quiet group's sites are probed.")
 	fs.StringVar(&o.leaderLabelPod, "leader-label-pod", getenv(envPodName), "This replica's Pod, in the leader-election namespace: labelled "+server.LeaderLabel+"=true while it leads, false otherwise, so a Service can route the deployment API to the leader (env "+envPodName+"); empty: no label.")
 
+	fs.StringVar(&o.recordKeySecret, "record-key-secret", "bloodraven-lease-record-key", "Secret in the operator's namespace (--leader-election-namespace) holding the key that authenticates deployment lease records; created at start when absent. Only the operator may read it.")
+	fs.StringVar(&o.leaseGuardPolicy, "lease-guard-policy", "bloodraven-lease-guard", "Name of the ValidatingAdmissionPolicy and its binding that let only the operator write deployment Leases; its absence is reported at start and by bloodraven_lease_guard_policy_present.")
+	fs.Func("watch-namespaces", "Comma-separated namespaces the operator confines itself to (caches, reconciles, the deployment API); empty: every namespace.", func(v string) error {
+		for _, ns := range strings.Split(v, ",") {
+			ns = strings.TrimSpace(ns)
+			if ns == "" {
+				continue
+			}
+			if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+				return fmt.Errorf("namespace %q: %s", ns, strings.Join(errs, "; "))
+			}
+			if !slices.Contains(o.watchNamespaces, ns) {
+				o.watchNamespaces = append(o.watchNamespaces, ns)
+			}
+		}
+		return nil
+	})
+
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -126,6 +157,12 @@ func (o options) validate() error {
 	case "none", "simulated", "mysql":
 	default:
 		return fmt.Errorf("--topology-driver=%q: want none, simulated or mysql", o.topologyDriver)
+	}
+	if o.leaderElectionNS == "" {
+		return fmt.Errorf("--leader-election-namespace (env %s) is required: the operator's namespace holds its leader-election Lease and its record key Secret", envLeaderElectNS)
+	}
+	if o.recordKeySecret == "" {
+		return fmt.Errorf("--record-key-secret must not be empty")
 	}
 	if o.deployAudience == "" {
 		return fmt.Errorf("--deploy-audience must not be empty")

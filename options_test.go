@@ -60,6 +60,22 @@ func TestParseOptions(t *testing.T) {
 			env:     map[string]string{envOperatorSA: ""},
 			wantErr: "--operator-identity",
 		},
+		"the operator's namespace is required (the record key lives there)": {
+			env:     map[string]string{envLeaderElectNS: ""},
+			wantErr: "--leader-election-namespace",
+		},
+		"watch namespaces are a deduplicated list": {
+			args: []string{"--watch-namespaces=team-a, team-b,team-a"},
+			check: func(t *testing.T, o options) {
+				if strings.Join(o.watchNamespaces, ",") != "team-a,team-b" {
+					t.Errorf("watchNamespaces = %q", o.watchNamespaces)
+				}
+			},
+		},
+		"a watch namespace that is no namespace name is refused": {
+			args:    []string{"--watch-namespaces=Team_A"},
+			wantErr: "Team_A",
+		},
 		"a throttling QPS is refused": {
 			args:    []string{"--kube-api-qps=20"},
 			wantErr: "too low",
@@ -71,8 +87,11 @@ func TestParseOptions(t *testing.T) {
 				if v, ok := tc.env[k]; ok {
 					return v
 				}
-				if k == envOperatorSA {
+				switch k {
+				case envOperatorSA:
 					return "system:serviceaccount:bloodraven-system:bloodraven"
+				case envLeaderElectNS:
+					return "bloodraven-system"
 				}
 				return ""
 			}

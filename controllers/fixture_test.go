@@ -64,7 +64,7 @@ func newFixture(t *testing.T, withDriver bool) *fixture {
 		t.Fatal(err)
 	}
 
-	store := &leasestore.Store{Client: env.Client, API: env.Client, Clock: f.clock}
+	store := &leasestore.Store{Client: env.Client, API: env.Client, Clock: f.clock, Key: testRecordKey}
 	if f.metrics, err = NewMetrics(f.reg, f.clock); err != nil {
 		t.Fatal(err)
 	}
@@ -199,3 +199,13 @@ var _ = fmt.Sprintf
 func reqFor(f *fixture) ctrl.Request {
 	return ctrl.Request{NamespacedName: client.ObjectKeyFromObject(f.group)}
 }
+
+// testRecordKey authenticates the records of every store of these tests
+// (one key, as one operator has).
+var testRecordKey = func() *leasestore.RecordKey {
+	k, err := leasestore.NewRecordKey([]byte("bloodraven controllers test record key, 32+ bytes"), time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC))
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()

@@ -132,7 +132,7 @@ func TestAuthorization(t *testing.T) {
 
 // The same caller is authorized for a group named "playground" in two
 // namespaces: a request that cannot tell them apart is refused, one whose
-// instance settles it is served.
+// instance or lease settles it is served.
 func TestAmbiguousGroupAcrossNamespaces(t *testing.T) {
 	f := newFixture(t)
 	otherNS := env.Namespace(t)
@@ -148,8 +148,13 @@ func TestAmbiguousGroupAcrossNamespaces(t *testing.T) {
 	if err := env.Client.List(f.ctx, &list, client.InNamespace(otherNS)); err != nil || len(list.Items) != 1 {
 		t.Fatalf("lease not in the instance's namespace: %d items, %v", len(list.Items), err)
 	}
-	// A renewal carries no instance: ambiguous again.
-	expectError(t, f.do(http.MethodPut, leasePath("migration", "op-1"), f.token, map[string]any{"token": r.str("token")}), http.StatusForbidden, "forbidden")
+	// A renewal carries no instance, but its lease settles it: the
+	// namespace whose record matches the token (DESIGN §3, tenants).
+	if rr := f.do(http.MethodPut, leasePath("migration", "op-1"), f.token, map[string]any{"token": r.str("token")}); rr.status != http.StatusOK || rr.str("namespace") != otherNS {
+		t.Fatalf("lease-settled renewal: %d %s", rr.status, rr.raw)
+	}
+	// A token that matches no record settles nothing: ambiguous again.
+	expectError(t, f.do(http.MethodPut, leasePath("migration", "op-1"), f.token, map[string]any{"token": "stale"}), http.StatusForbidden, "forbidden")
 }
 
 func TestBadInputIsRejectedAndChangesNothing(t *testing.T) {

@@ -44,7 +44,7 @@ func (p *frozenProposer) List(_ context.Context, list client.ObjectList, _ ...cl
 func (f *fixture) serverProposingFrom(t testing.TB, p client.Reader) *Server {
 	t.Helper()
 	s, err := New(Config{IsLeader: func() bool { return true }, Clock: f.clock, Kube: env.Kube, API: env.Client, Databases: p,
-		Leases: &leasestore.Store{Client: env.Client, Cached: leaseCache, API: env.Client, Clock: f.clock}, Log: f.srv.log})
+		Leases: &leasestore.Store{Client: env.Client, Cached: leaseCache, API: env.Client, Clock: f.clock, Key: testRecordKey}, Log: f.srv.log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,36 @@ type call struct {
 	// wait is how long a lease GET may be held (Prefer: wait=N); zero
 	// answers at once.
 	wait time.Duration
+	// namespace is the ?namespace= query parameter: when set, only that
+	// namespace is considered (DESIGN §3, "Resolved (tenants)").
+	namespace string
+}
+
+// leaseRoute reports whether the call names a lease of its caller (the
+// lease GET, PUT and DELETE): such a call is settled by the lease itself.
+func (c *call) leaseRoute() bool {
+	switch c.route {
+	case "get_lease", "renew", "release":
+		return true
+	}
+	return false
+}
+
+// parseNamespaceQuery reads the optional ?namespace= parameter of every
+// route: a namespace name, given at most once.
+func parseNamespaceQuery(r *http.Request, c *call) *apiError {
+	vals, ok := r.URL.Query()["namespace"]
+	if !ok {
+		return nil
+	}
+	if len(vals) != 1 {
+		return errBadRequest("namespace may be given once")
+	}
+	if errs := validation.IsDNS1123Label(vals[0]); len(errs) > 0 {
+		return errBadRequest("namespace must be a namespace name")
+	}
+	c.namespace = vals[0]
+	return nil
 }
 
 // result is what a handler answers. instance is the lease's instance when

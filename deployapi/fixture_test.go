@@ -95,6 +95,8 @@ type fixture struct {
 	// leaseTokens collects every lease token handed out, for the leak checks.
 	leaseTokens []string
 	mu          sync.Mutex
+	// unverified counts the records the store found unverified.
+	unverified atomic.Int64
 	// tls serves a Server's handler over real TLS (the lease GET tests).
 	tls map[*Server]*httptest.Server
 }
@@ -114,7 +116,8 @@ func newFixture(t testing.TB) *fixture {
 
 func (f *fixture) newServer() *Server {
 	f.t.Helper()
-	f.store = &leasestore.Store{Client: env.Client, Cached: leaseCache, API: env.Client, Clock: f.clock}
+	f.store = &leasestore.Store{Client: env.Client, Cached: leaseCache, API: env.Client, Clock: f.clock, Key: testRecordKey,
+		OnUnverified: func(string, string, string) { f.unverified.Add(1) }}
 	reg := f.reg
 	if f.srv != nil { // a second server (replica, restart) gets its own registry
 		reg = prometheus.NewRegistry()
@@ -147,8 +150,36 @@ func (f *fixture) createGroup(ns, name string, generation int64) *v1.MysqlFailov
 	if err := env.Client.Status().Update(f.ctx, g); err != nil {
 		f.t.Fatal(err)
 	}
+	waitGroupCached(f.t, g)
 	return g
 }
+
+// waitGroupCached waits until the group cache (which proposes the
+// namespaces that count) holds g.
+func waitGroupCached(t testing.TB, g *v1.MysqlFailoverGroup) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		got := &v1.MysqlFailoverGroup{}
+		err := leaseCache.Get(context.Background(), client.ObjectKeyFromObject(g), got)
+		if err == nil && revision(got.ResourceVersion) >= revision(g.ResourceVersion) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("the group cache never saw %s/%s at resourceVersion %s", g.Namespace, g.Name, g.ResourceVersion)
+}
+
+// testRecordKey authenticates the records of every store of these tests
+// (one key, as one operator has). Records without a MAC count as written
+// before it only on Leases created before 2000.
+var testRecordKey = func() *leasestore.RecordKey {
+	k, err := leasestore.NewRecordKey([]byte("bloodraven deployapi test record key, 32+ bytes"), time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC))
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
 
 func (f *fixture) createDatabase(ns, name, group string, clients ...v1.DeploymentClient) {
 	f.t.Helper()

@@ -25,14 +25,17 @@ type leaseBody struct {
 	ExpiresAt          string `json:"expiresAt"`
 	TopologyGeneration int64  `json:"topologyGeneration"`
 	TTLSeconds         int64  `json:"ttlSeconds"`
+	// Namespace is the group's namespace, the one the request was settled
+	// in (additive, DESIGN §3 "Resolved (tenants)"): a client pins it.
+	Namespace string `json:"namespace"`
 	// Phase, on the migration lease only: the phase the record holds
 	// (additive, DESIGN §3 PUT row).
 	Phase string `json:"phase,omitempty"`
 }
 
-func bodyOf(rec *leases.Record) leaseBody {
+func bodyOf(rec *leases.Record, namespace string) leaseBody {
 	b := leaseBody{Kind: string(rec.Kind), OperationID: rec.OperationID, Instance: rec.Instance,
-		ExpiresAt: formatTime(rec.ExpiresAt), TopologyGeneration: rec.Generation, TTLSeconds: rec.TTLSeconds}
+		ExpiresAt: formatTime(rec.ExpiresAt), TopologyGeneration: rec.Generation, TTLSeconds: rec.TTLSeconds, Namespace: namespace}
 	if rec.Kind == leases.KindMigration {
 		b.Phase = string(rec.Phase.Effective())
 	}
@@ -140,7 +143,7 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGro
 	if outcome == policy.OutcomeRegrant {
 		status = http.StatusOK
 	}
-	return ok(status, grantJSON{leaseBody: bodyOf(&rec), Token: token}), nil
+	return ok(status, grantJSON{leaseBody: bodyOf(&rec, g.Namespace), Token: token}), nil
 }
 
 // confirmGrant re-reads the group after a grant was written, and withdraws

@@ -95,8 +95,8 @@ func (a *activeLeases) Collect(ch chan<- prometheus.Metric) {
 	}
 	byGroup := map[groupKey][]*leases.Record{}
 	for i := range list.Items {
-		rec, err := leasestore.Decode(&list.Items[i])
-		if err != nil {
+		rec := a.store.Verified(&list.Items[i])
+		if rec == nil {
 			continue
 		}
 		gk := groupKey{list.Items[i].Namespace, rec.Group}

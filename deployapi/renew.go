@@ -40,7 +40,7 @@ func (s *Server) renew(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 			if _, err := s.leases.Update(ctx, g, obj, *d.Next); err != nil {
 				return err
 			}
-			res.status, res.body = http.StatusOK, bodyOf(d.Next)
+			res.status, res.body = http.StatusOK, bodyOf(d.Next, g.Namespace)
 			return nil
 		case policy.OutcomeStaleView:
 			return s.staleView(ctx, &g)

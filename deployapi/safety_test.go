@@ -107,7 +107,7 @@ func TestStaleRevocationRechecksTheFreshRecord(t *testing.T) {
 	}
 
 	// A replica whose cache still shows op-a's first grant, at generation 1.
-	lagging := &leasestore.Store{Client: env.Client, API: env.Client, Clock: f.clock,
+	lagging := &leasestore.Store{Client: env.Client, API: env.Client, Clock: f.clock, Key: testRecordKey,
 		Cached: frozenReader{Reader: leaseCache, frozen: map[string]*coordinationv1.Lease{old.Name: old}}}
 	srv := f.newServer()
 	srv.leases = lagging

@@ -185,11 +185,15 @@ func (s *Server) serve(hr *http.Request, ps httprouter.Params, rt route, c *call
 		return nil, fail(err)
 	}
 	c.identity = id
-	if e := rt.parse(hr, ps, c); e != nil {
+	e := rt.parse(hr, ps, c)
+	if e == nil {
+		e = parseNamespaceQuery(hr, c)
+	}
+	if e != nil {
 		*c = call{route: c.route, identity: id} // log nothing of a request that did not parse
 		return nil, fail(e)
 	}
-	g, err = s.authorize(hr.Context(), id, c.group, c.instance)
+	g, err = s.authorize(hr.Context(), id, c)
 	if err != nil {
 		return nil, fail(err)
 	}

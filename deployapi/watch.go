@@ -191,7 +191,7 @@ func (s *Server) leaseAnswer(ctx context.Context, c *call, g *v1.MysqlFailoverGr
 		case d.Outcome == policy.OutcomeStaleView:
 			return s.staleView(ctx, &g)
 		case d.Outcome == policy.OutcomeRenew || d.Outcome == policy.OutcomeUnstable:
-			res.status, res.body = http.StatusOK, bodyOf(own)
+			res.status, res.body = http.StatusOK, bodyOf(own, g.Namespace)
 			return nil
 		case confirmedOnly(d.Outcome) && !fresh:
 			return leasestore.ErrStale

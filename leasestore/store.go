@@ -49,6 +49,61 @@ type Store struct {
 	// API reads from the API server, uncached.
 	API   client.Reader
 	Clock clock.PassiveClock
+	// Key authenticates records: every record written carries its MAC, and
+	// a record read that does not verify holds nothing (see RecordKey). Nil
+	// writes no MAC and trusts every record (tools and older tests only).
+	Key *RecordKey
+	// OnUnverified, when set, is told once per object version of a record
+	// that did not verify (the operator logs and counts it).
+	OnUnverified Unverified
+
+	unverified unverifiedSeen
+}
+
+// decode reads l's record and judges its MAC (see RecordKey): a record that
+// does not verify stands for an object that holds nothing.
+func (s *Store) decode(l *coordinationv1.Lease) (*leases.Record, error) {
+	rec, err := Decode(l)
+	if err != nil || s.Key == nil {
+		return rec, err
+	}
+	switch why := s.Key.check(l); why {
+	case macValid:
+		return rec, nil
+	case macLegacy:
+		if rec.State == leases.StateActive {
+			if end := s.Key.legacyExpiry(); rec.ExpiresAt.After(end) {
+				rec.ExpiresAt = end
+			}
+		}
+		return rec, nil
+	default:
+		if s.OnUnverified != nil && s.unverified.first(l) {
+			s.OnUnverified(l.Namespace, l.Name, why)
+		}
+		return unverifiedRecord(l), nil
+	}
+}
+
+// Verified reads l's record as the store does: nil when it cannot be read
+// or does not verify.
+func (s *Store) Verified(l *coordinationv1.Lease) *leases.Record {
+	rec, err := s.decode(l)
+	if err != nil || rec.Group == "" {
+		return nil
+	}
+	return rec
+}
+
+// encode writes rec into l (Encode) and seals it with the key.
+func (s *Store) encode(l *coordinationv1.Lease, rec *leases.Record, group *v1.MysqlFailoverGroup) error {
+	if err := Encode(l, rec, group); err != nil {
+		return err
+	}
+	if s.Key != nil {
+		s.Key.seal(l)
+	}
+	return nil
 }
 
 // Object is a stored Lease and its decoded record.
@@ -96,7 +151,7 @@ func (s *Store) Get(ctx context.Context, namespace, name string, fresh bool) (*O
 		}
 		return nil, fmt.Errorf("get lease %s/%s: %w", namespace, name, err)
 	}
-	rec, err := Decode(l)
+	rec, err := s.decode(l)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
@@ -129,7 +184,7 @@ func (s *Store) Tombstone(ctx context.Context, group *v1.MysqlFailoverGroup, ope
 // API server's AlreadyExists error when another writer created it first.
 func (s *Store) Create(ctx context.Context, group *v1.MysqlFailoverGroup, name string, rec leases.Record) (*Object, error) {
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: group.Namespace}}
-	if err := Encode(l, &rec, group); err != nil {
+	if err := s.encode(l, &rec, group); err != nil {
 		return nil, err
 	}
 	if err := s.Client.Create(ctx, l); err != nil {
@@ -143,7 +198,7 @@ func (s *Store) Create(ctx context.Context, group *v1.MysqlFailoverGroup, name s
 // the Lease changed since obj was read.
 func (s *Store) Update(ctx context.Context, group *v1.MysqlFailoverGroup, obj *Object, rec leases.Record) (*Object, error) {
 	l := obj.Lease.DeepCopy()
-	if err := Encode(l, &rec, group); err != nil {
+	if err := s.encode(l, &rec, group); err != nil {
 		return nil, err
 	}
 	if err := s.Client.Update(ctx, l); err != nil {
@@ -301,7 +356,7 @@ func (s *Store) PendingTombstones(ctx context.Context, namespace, group string) 
 	}
 	var out []*Object
 	for i := range list.Items {
-		rec, err := Decode(&list.Items[i])
+		rec, err := s.decode(&list.Items[i])
 		if err != nil || rec.Group != group || rec.Kind != leases.KindTombstone || !rec.AnnouncePending {
 			continue
 		}
@@ -374,7 +429,7 @@ func (s *Store) ListObjects(ctx context.Context, namespace, group string, fresh 
 	}
 	out := make([]*Object, 0, len(list.Items))
 	for i := range list.Items {
-		rec, err := Decode(&list.Items[i])
+		rec, err := s.decode(&list.Items[i])
 		if err != nil || rec.Group != group || rec.Kind == leases.KindTombstone {
 			continue // not ours to report; pending tombstones are read by PendingTombstones
 		}

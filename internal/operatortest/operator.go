@@ -144,7 +144,9 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 		Logger:                 quiet(t, opts.Quiet),
 	})
 	must(t, err)
-	store := &leasestore.Store{Client: mgr.GetClient(), Cached: mgr.GetCache(), API: mgr.GetAPIReader(), Clock: o.Clock}
+	key, err := leasestore.LoadRecordKey(ctx, env.Client, o.Namespace, "bloodraven-lease-record-key")
+	must(t, err)
+	store := &leasestore.Store{Client: mgr.GetClient(), Cached: mgr.GetCache(), API: mgr.GetAPIReader(), Clock: o.Clock, Key: key}
 	m, err := controllers.NewMetrics(prometheus.NewRegistry(), o.Clock)
 	must(t, err)
 	r := &controllers.GroupReconciler{

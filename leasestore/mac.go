@@ -1,0 +1,186 @@
+package leasestore
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/lru"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/policy"
+)
+
+// RecordMACAnnotation carries the record's MAC: base64 of HMAC-SHA256, under
+// the operator's record key, of the Lease's namespace, name and record
+// annotation (see RecordKey).
+const RecordMACAnnotation = "bloodraven.shipstream.io/record-mac"
+
+// RecordKeySecretKey is the data key of the record key in its Secret.
+const RecordKeySecretKey = "key"
+
+// macDomain separates this MAC from any other use of the key.
+const macDomain = "bloodraven.shipstream.io/lease-record/v1"
+
+// RecordKey authenticates deployment lease records (DESIGN §4, "Lease
+// objects are the operator's alone"). Every record the operator writes
+// carries a MAC over the Lease's namespace, name and record, so a record
+// copied to another Lease, or written by anyone without the key, does not
+// verify.
+//
+// Since is when the key came to be (its Secret's creationTimestamp, set by
+// the API server). A record without any MAC was written before the upgrade
+// that introduced the key, or by a forger: it is honoured only when its
+// Lease was created no later than Since (a server-set time nobody can
+// forge), and then its expiry is clamped to Since plus the longest ttl, so
+// a hand-rewritten old Lease holds nothing for long. Its next renewal
+// writes it with a MAC.
+type RecordKey struct {
+	key   []byte
+	Since time.Time
+}
+
+// NewRecordKey is a key of at least 32 bytes.
+func NewRecordKey(key []byte, since time.Time) (*RecordKey, error) {
+	if len(key) < 32 {
+		return nil, fmt.Errorf("record key: %d bytes, want at least 32", len(key))
+	}
+	return &RecordKey{key: append([]byte(nil), key...), Since: since}, nil
+}
+
+func (k *RecordKey) mac(namespace, name, record string) []byte {
+	h := hmac.New(sha256.New, k.key)
+	for _, part := range []string{macDomain, namespace, name, record} {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	return h.Sum(nil)
+}
+
+// seal sets l's MAC annotation for its record annotation.
+func (k *RecordKey) seal(l *coordinationv1.Lease) {
+	sum := k.mac(l.Namespace, l.Name, l.Annotations[RecordAnnotation])
+	l.Annotations[RecordMACAnnotation] = base64.StdEncoding.EncodeToString(sum)
+}
+
+// Verdicts of a record's MAC.
+const (
+	macValid     = ""
+	macLegacy    = "legacy"             // no MAC, Lease created before the key
+	macMissing   = "no MAC"             // no MAC, Lease created after the key
+	macMalformed = "malformed MAC"      // not base64 of a SHA-256 sum
+	macMismatch  = "MAC does not match" // written without the key, or copied
+)
+
+// check judges l's MAC.
+func (k *RecordKey) check(l *coordinationv1.Lease) string {
+	enc, ok := l.Annotations[RecordMACAnnotation]
+	if !ok {
+		if !l.CreationTimestamp.IsZero() && !l.CreationTimestamp.Time.After(k.Since) {
+			return macLegacy
+		}
+		return macMissing
+	}
+	got, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil || len(got) != sha256.Size {
+		return macMalformed
+	}
+	if !hmac.Equal(got, k.mac(l.Namespace, l.Name, l.Annotations[RecordAnnotation])) {
+		return macMismatch
+	}
+	return macValid
+}
+
+// legacyExpiry is the latest expiry a legacy record (no MAC, written before
+// the key) keeps.
+func (k *RecordKey) legacyExpiry() time.Time {
+	return k.Since.Add(time.Duration(policy.MaxTTLSeconds) * time.Second)
+}
+
+// Unverified is told of a Lease whose record did not verify: once per
+// version of the object, with why.
+type Unverified func(namespace, name, why string)
+
+// unverifiedSeen deduplicates reports by object version.
+type unverifiedSeen struct {
+	mu   sync.Mutex
+	seen *lru.Cache
+}
+
+func (u *unverifiedSeen) first(l *coordinationv1.Lease) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.seen == nil {
+		u.seen = lru.New(1024)
+	}
+	k := l.Namespace + "/" + l.Name + "@" + l.ResourceVersion
+	if _, ok := u.seen.Get(k); ok {
+		return false
+	}
+	u.seen.Add(k, struct{}{})
+	return true
+}
+
+// unverifiedRecord is what an unverified Lease stands for: an object that
+// exists (so a grant overwrites it, carrying its resourceVersion) but holds
+// nothing, defers nothing and belongs to no group and no operation, so it
+// is never renewed, re-granted or revived, and never listed.
+func unverifiedRecord(l *coordinationv1.Lease) *leases.Record {
+	kind := leases.Kind(l.Labels[LabelKind])
+	switch {
+	case strings.HasPrefix(l.Name, "bloodraven-migration-"):
+		kind = leases.KindMigration
+	case strings.HasPrefix(l.Name, "bloodraven-hold-"):
+		kind = leases.KindFailoverHold
+	case strings.HasPrefix(l.Name, "bloodraven-tombstone-"):
+		kind = leases.KindTombstone
+	}
+	return &leases.Record{Kind: kind, State: leases.StateExpired}
+}
+
+// LoadRecordKey reads the record key from the Secret namespace/name, and
+// creates the Secret with a new random key when it does not exist (the
+// first start of an operator with record MACs). Two replicas starting at
+// once agree: the loser of the create reads the winner's key.
+func LoadRecordKey(ctx context.Context, c client.Client, namespace, name string) (*RecordKey, error) {
+	for attempt := 0; attempt < 3; attempt++ {
+		sec := &corev1.Secret{}
+		err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, sec)
+		if err == nil {
+			return NewRecordKey(sec.Data[RecordKeySecretKey], sec.CreationTimestamp.Time)
+		}
+		if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("read record key Secret %s/%s: %w", namespace, name, err)
+		}
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, fmt.Errorf("record key: %w", err)
+		}
+		sec = &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
+				Labels: map[string]string{LabelManagedBy: ManagedByValue}},
+			Type: corev1.SecretTypeOpaque,
+			Data: map[string][]byte{RecordKeySecretKey: key},
+		}
+		err = c.Create(ctx, sec)
+		if err == nil {
+			return NewRecordKey(key, sec.CreationTimestamp.Time)
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("create record key Secret %s/%s: %w", namespace, name, err)
+		}
+	}
+	return nil, errors.New("record key Secret: created and deleted concurrently; giving up")
+}
