@@ -1,7 +1,6 @@
 package deployapi
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -63,14 +62,55 @@ const reviewTimeout = 10 * time.Second
 
 // authenticator checks bearer tokens with TokenReview. Successful reviews are
 // cached by the token's SHA-256 for ttl, but never past the token's own exp
-// claim, in a bounded LRU; a token without a readable exp is reviewed on
-// every request.
+// claim, in a bounded LRU.
 //
-// What a review costs is bounded: concurrent requests with the same
-// uncached token wait for one review; a token the review refused is refused
-// for refusedTTL without another (a bounded LRU too); a bearer token that is
-// not JWT-shaped (a ServiceAccount token always is) is refused without a
-// review. Errors of the API server are never cached.
+// A bearer token reaches the API server only when nothing here can answer
+// for it, and what unauthenticated callers can make the API server do is
+// bounded (issue 21):
+//
+//   - Local refusal (401, no review): text that is not JWT-shaped (a
+//     ServiceAccount token always is), and a token whose unverified claims
+//     could not pass the review: aud (a string or an array) without our
+//     audience, exp missing, unreadable or not after now, iss not a string.
+//     The claims are decoded once and prove nothing; the review still
+//     decides every token it accepts.
+//   - Issuers: after a review authenticates a token, its unverified iss is
+//     remembered, in a set of at most maxIssuers (the most recently
+//     confirmed kept). Until one is known, any iss may be reviewed. Once one
+//     is known, a token with another iss is reviewed only within a global
+//     budget of unknownIssuerRate per second (burst unknownIssuerBurst), and
+//     refused 401 without a review beyond it. The budget is what keeps an
+//     issuer rotation from locking everyone out: the first token of the new
+//     issuer that a review accepts teaches it, and the set's bound lets the
+//     retired one age out.
+//   - Per source: a review that would have to be sent (a miss: not cached,
+//     not refused locally, no review of the same token in flight) takes a
+//     token from its source address's bucket (sourceMissRate per second,
+//     burst sourceMissBurst; the source is the host of r.RemoteAddr, the
+//     buckets a bounded LRU of maxSources). An empty bucket answers 503
+//     unavailable with Retry-After: 1 without a review. Cache hits and local
+//     refusals take nothing.
+//   - Concurrency: at most maxConcurrentReviews reviews are in flight. A
+//     miss that gets no slot within slotWait answers 503 unavailable with
+//     Retry-After: 1.
+//   - Cached answers: a request whose token is cached (success or refusal)
+//     never waits for a review or a slot. A success older than half the ttl
+//     is still answered from the cache, and starts one background re-review
+//     of its token (taking no source token; it waits for a slot, at most
+//     until the entry expires, never holding the request). The re-review's
+//     success renews the entry (again bounded by ttl and exp), its refusal
+//     removes it, its error leaves it to expire. So a caller that keeps
+//     using its token (a renewing pipeline) keeps hitting the cache, even
+//     when it shares its source address with a flood of misses.
+//
+// Concurrent requests with the same uncached token wait for one review; a
+// token the review refused is refused for refusedTTL without another (a
+// bounded LRU too). Errors of the API server are never cached. Only the
+// token's hash is kept past its review; no token, hash or Authorization
+// header is logged.
+//
+// Every time read goes through clock (the rate limits too); the slot wait
+// is a duration on a timer, not a time read.
 type authenticator struct {
 	reviews  authv1client.TokenReviewInterface
 	audience string
@@ -78,9 +118,13 @@ type authenticator struct {
 	ttl      time.Duration
 	cache    *lru.Cache // key -> cachedReview
 	refused  *lru.Cache // key -> time.Time until which it is refused
+	limits   reviewLimits
 
 	mu       sync.Mutex
 	inflight map[[sha256.Size]byte]*review
+	// issuers are the iss claims of tokens reviews accepted, the most
+	// recently confirmed first; at most maxIssuers.
+	issuers []string
 	// missHook, when set (tests), runs between a cache miss and the
 	// in-flight check.
 	missHook func()
@@ -89,6 +133,9 @@ type authenticator struct {
 type cachedReview struct {
 	id      Identity
 	expires time.Time
+	// refreshAt is when a hit starts a background re-review: half the ttl
+	// after the review.
+	refreshAt time.Time
 }
 
 // review is one TokenReview in flight; done closes when id and err are set.
@@ -104,7 +151,7 @@ func newAuthenticator(kube kubernetes.Interface, audience string, clk clock.Pass
 
 func newAuthenticatorFor(reviews authv1client.TokenReviewInterface, audience string, clk clock.PassiveClock, ttl time.Duration, size int) *authenticator {
 	return &authenticator{reviews: reviews, audience: audience, clock: clk, ttl: ttl, cache: lru.New(size), refused: lru.New(size),
-		inflight: map[[sha256.Size]byte]*review{}}
+		limits: newReviewLimits(), inflight: map[[sha256.Size]byte]*review{}}
 }
 
 // bearerToken extracts the token of an Authorization: Bearer header.
@@ -118,16 +165,24 @@ func bearerToken(r *http.Request) (string, bool) {
 	return token, token != "" && len(token) <= 16<<10
 }
 
-// authenticate returns the caller's identity, errUnauthenticated, or an
-// error of the API server (which maps to 503/500).
+// authenticate returns the caller's identity, errUnauthenticated, a 503
+// unavailable when the review may not be sent now (the source's rate, no
+// free slot), or an error of the API server (which maps to 503/500).
 func (a *authenticator) authenticate(ctx context.Context, r *http.Request) (Identity, error) {
 	token, ok := bearerToken(r)
-	if !ok || !jwtShaped(token) {
+	if !ok {
+		return Identity{}, errUnauthenticated
+	}
+	c, ok := parseClaims(token)
+	now := a.clock.Now()
+	if !ok || !a.plausible(c, now) {
 		return Identity{}, errUnauthenticated
 	}
 	key := sha256.Sum256([]byte(token))
-	now := a.clock.Now()
-	if id, hit, err := a.cached(key, now); hit {
+	if id, hit, refresh, err := a.cached(key, now); hit {
+		if refresh {
+			a.refreshAhead(ctx, token, c, key)
+		}
 		return id, err
 	}
 	if a.missHook != nil {
@@ -145,49 +200,124 @@ func (a *authenticator) authenticate(ctx context.Context, r *http.Request) (Iden
 	}
 	// A review that finished since the miss above has cached its answer
 	// (it caches before it leaves inflight).
-	if id, hit, err := a.cached(key, now); hit {
+	if id, hit, _, err := a.cached(key, now); hit {
 		a.mu.Unlock()
 		return id, err
 	}
+	knownIssuer := a.issuerKnownLocked(c.iss)
 	f := &review{done: make(chan struct{}), err: errors.New("token review did not finish")}
 	a.inflight[key] = f
 	a.mu.Unlock()
-	defer func() { // also if the review panics: waiters get f.err
-		a.mu.Lock()
-		delete(a.inflight, key)
-		a.mu.Unlock()
-		close(f.done)
-	}()
-	// The review may answer other requests too: it does not end with this
-	// request's context.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
-	defer cancel()
-	id, err := a.review(rctx, token, key)
+	defer a.finish(key, f) // also if the review panics: waiters get f.err
+	id, err := a.admitAndReview(ctx, r, token, c, key, knownIssuer)
 	f.id, f.err = id, err
 	return id, err
 }
 
+// finish ends the review f of key: it leaves inflight and its waiters wake.
+func (a *authenticator) finish(key [sha256.Size]byte, f *review) {
+	a.mu.Lock()
+	delete(a.inflight, key)
+	a.mu.Unlock()
+	close(f.done)
+}
+
+// admitAndReview sends the review of a miss if the limits let it: the
+// issuer budget (an unknown issuer), the source's rate, a free slot.
+func (a *authenticator) admitAndReview(ctx context.Context, r *http.Request, token string, c claims, key [sha256.Size]byte, knownIssuer bool) (Identity, error) {
+	now := a.clock.Now()
+	// An unknown issuer over its budget is a local refusal: it must not
+	// take from the source's bucket, so look before taking.
+	if !knownIssuer && !a.limits.unknownIssuerAvailable(now) {
+		return Identity{}, errUnauthenticated
+	}
+	if !a.limits.takeSource(sourceOf(r), now) {
+		return Identity{}, errReviewsBusy(errSourceOverRate)
+	}
+	if !knownIssuer && !a.limits.takeUnknownIssuer(now) {
+		return Identity{}, errUnauthenticated
+	}
+	release, ok := a.limits.acquire(a.limits.slotWait)
+	if !ok {
+		return Identity{}, errReviewsBusy(errNoReviewSlot)
+	}
+	defer release()
+	// The review may answer other requests too: it does not end with this
+	// request's context.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
+	defer cancel()
+	return a.review(rctx, token, c, key)
+}
+
+// refreshAhead starts the background re-review of a cached success unless
+// a review of its token is in flight. It never blocks: the request is
+// answered from the cache.
+func (a *authenticator) refreshAhead(ctx context.Context, token string, c claims, key [sha256.Size]byte) {
+	a.mu.Lock()
+	if _, busy := a.inflight[key]; busy {
+		a.mu.Unlock()
+		return
+	}
+	// Registered in inflight: a miss of the same token (the entry expired
+	// meanwhile) waits for this review instead of sending another.
+	f := &review{done: make(chan struct{}), err: errors.New("token re-review did not finish")}
+	a.inflight[key] = f
+	a.mu.Unlock()
+	bg := context.WithoutCancel(ctx)
+	go func() {
+		defer a.finish(key, f)
+		defer func() {
+			if v := recover(); v != nil { // a background goroutine must not take the process down
+				f.id, f.err = Identity{}, fmt.Errorf("token re-review: panic: %v", v)
+			}
+		}()
+		f.id, f.err = a.refresh(bg, token, c, key)
+	}()
+}
+
+// refresh re-reviews a cached success. It takes no source token; it waits
+// for a slot at most until the entry expires (it holds no request). A
+// refusal removes the entry (review does); an error leaves it to expire.
+func (a *authenticator) refresh(ctx context.Context, token string, c claims, key [sha256.Size]byte) (Identity, error) {
+	wait := reviewTimeout
+	if v, ok := a.cache.Get(key); ok {
+		if left := v.(cachedReview).expires.Sub(a.clock.Now()); left < wait {
+			wait = left
+		}
+	}
+	release, ok := a.limits.acquire(wait)
+	if !ok {
+		return Identity{}, errReviewsBusy(errNoReviewSlot)
+	}
+	defer release()
+	rctx, cancel := context.WithTimeout(ctx, reviewTimeout)
+	defer cancel()
+	return a.review(rctx, token, c, key)
+}
+
 // cached is the cached answer for key: a live success, or a live refusal
-// (errUnauthenticated); hit is false when there is none.
-func (a *authenticator) cached(key [sha256.Size]byte, now time.Time) (id Identity, hit bool, err error) {
+// (errUnauthenticated); hit is false when there is none. refresh is true for
+// a success due for its background re-review.
+func (a *authenticator) cached(key [sha256.Size]byte, now time.Time) (id Identity, hit, refresh bool, err error) {
 	if v, ok := a.cache.Get(key); ok {
 		if c := v.(cachedReview); now.Before(c.expires) {
-			return c.id, true, nil
+			return c.id, true, !now.Before(c.refreshAt), nil
 		}
 		a.cache.Remove(key)
 	}
 	if v, ok := a.refused.Get(key); ok {
 		if now.Before(v.(time.Time)) {
-			return Identity{}, true, errUnauthenticated
+			return Identity{}, true, false, errUnauthenticated
 		}
 		a.refused.Remove(key)
 	}
-	return Identity{}, false, nil
+	return Identity{}, false, false, nil
 }
 
 // review asks the API server and caches the answer: success until the
-// cache ttl or the token's exp, refusal for refusedTTL.
-func (a *authenticator) review(ctx context.Context, token string, key [sha256.Size]byte) (Identity, error) {
+// cache ttl or the token's exp, refusal for refusedTTL (and no success
+// cached any more). A success teaches the token's issuer.
+func (a *authenticator) review(ctx context.Context, token string, c claims, key [sha256.Size]byte) (Identity, error) {
 	rv, err := a.reviews.Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{a.audience}},
 	}, metav1.CreateOptions{})
@@ -198,31 +328,59 @@ func (a *authenticator) review(ctx context.Context, token string, key [sha256.Si
 	st := rv.Status
 	id, ok := parseServiceAccount(st.User.Username)
 	if !reviewAccepts(st, a.audience) || !ok {
+		a.cache.Remove(key)
 		a.refused.Add(key, now.Add(refusedTTL))
 		return Identity{}, errUnauthenticated
 	}
-	if exp, ok := tokenExpiry(token); ok {
+	a.learnIssuer(c.iss)
+	if c.hasExp {
 		expires := now.Add(a.ttl)
-		if exp.Before(expires) {
-			expires = exp
+		if c.exp.Before(expires) {
+			expires = c.exp
 		}
 		if now.Before(expires) {
-			a.cache.Add(key, cachedReview{id: id, expires: expires})
+			a.cache.Add(key, cachedReview{id: id, expires: expires, refreshAt: now.Add(a.ttl / 2)})
 		}
 	}
 	return id, nil
+}
+
+// plausible reports whether a token's unverified claims could pass the
+// review: our audience among aud, an exp after now, an iss that is a string
+// (if any). The issuer set is checked on a miss only.
+func (a *authenticator) plausible(c claims, now time.Time) bool {
+	return a.audience != "" && c.hasAudience(a.audience) && c.hasExp && now.Before(c.exp) && c.issOK
+}
+
+// issuerKnownLocked reports whether iss may be reviewed without the
+// unknown-issuer budget: none is known yet, or it is one of them. a.mu is
+// held.
+func (a *authenticator) issuerKnownLocked(iss string) bool {
+	return len(a.issuers) == 0 || slices.Contains(a.issuers, iss)
+}
+
+// learnIssuer remembers iss, the issuer of a token a review accepted, as the
+// most recently confirmed one; the set keeps at most maxIssuers.
+func (a *authenticator) learnIssuer(iss string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.issuers) > 0 && a.issuers[0] == iss {
+		return
+	}
+	if i := slices.Index(a.issuers, iss); i >= 0 {
+		a.issuers = slices.Delete(a.issuers, i, i+1)
+	} else if len(a.issuers) == maxIssuers {
+		a.issuers = a.issuers[:maxIssuers-1]
+	}
+	a.issuers = slices.Insert(a.issuers, 0, iss)
 }
 
 // jwtShaped reports whether token looks like a JWT: three base64url parts,
 // the second a JSON object. It proves nothing (the review does); it keeps
 // text that cannot be a ServiceAccount token from costing a review.
 func jwtShaped(token string) bool {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 || parts[0] == "" || parts[2] == "" {
-		return false
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
-	return err == nil && len(payload) > 1 && payload[0] == '{' && json.Valid(payload)
+	_, ok := parseClaims(token)
+	return ok
 }
 
 // reviewAccepts reports whether a TokenReview that asked for audience
@@ -234,6 +392,65 @@ func reviewAccepts(st authenticationv1.TokenReviewStatus, audience string) bool 
 	return st.Authenticated && audience != "" && slices.Contains(st.Audiences, audience)
 }
 
+// claims are the unverified claims of a JWT-shaped token that decide
+// whether it is worth a review. They prove nothing.
+type claims struct {
+	// iss is the issuer ("" when absent); issOK is false when iss is
+	// present but not a string.
+	iss   string
+	issOK bool
+	// aud is the audience claim, a string or an array of strings (nil when
+	// absent or anything else).
+	aud []string
+	// exp is the exp claim; hasExp is false when it is absent or unusable.
+	exp    time.Time
+	hasExp bool
+}
+
+func (c claims) hasAudience(audience string) bool { return slices.Contains(c.aud, audience) }
+
+// parseClaims decodes a JWT's payload without verifying anything. ok is
+// false when the token is not JWT-shaped: three dot-separated parts, the
+// first and last not empty, the second base64url of a JSON object. Claim
+// names are matched exactly (case-sensitive, as the API server does).
+func parseClaims(token string) (c claims, ok bool) {
+	header, rest, ok := strings.Cut(token, ".")
+	if !ok || header == "" {
+		return claims{}, false
+	}
+	body, sig, ok := strings.Cut(rest, ".")
+	if !ok || sig == "" || strings.Contains(sig, ".") {
+		return claims{}, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(body, "="))
+	if err != nil || len(payload) < 2 || payload[0] != '{' {
+		return claims{}, false
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &raw); err != nil {
+		return claims{}, false
+	}
+	c.issOK = true
+	if v, present := raw["iss"]; present {
+		c.issOK = len(v) > 0 && v[0] == '"' && json.Unmarshal(v, &c.iss) == nil
+	}
+	if v := raw["aud"]; len(v) > 0 {
+		switch v[0] {
+		case '"':
+			var s string
+			if json.Unmarshal(v, &s) == nil {
+				c.aud = []string{s}
+			}
+		case '[':
+			if json.Unmarshal(v, &c.aud) != nil {
+				c.aud = nil
+			}
+		}
+	}
+	c.exp, c.hasExp = numericDate(raw["exp"])
+	return c, true
+}
+
 // maxExp bounds the exp claims tokenExpiry accepts (the end of year 9999),
 // far inside what time.Time represents.
 const maxExp = 253402300799
@@ -243,22 +460,21 @@ const maxExp = 253402300799
 // already successful TokenReview is cached. ok is false when the token is not
 // a JWT or has no usable exp.
 func tokenExpiry(token string) (exp time.Time, ok bool) {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
-		return time.Time{}, false
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
-	if err != nil {
-		return time.Time{}, false
-	}
-	var claims map[string]any
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.UseNumber()
-	if err := dec.Decode(&claims); err != nil {
-		return time.Time{}, false
-	}
-	n, ok := claims["exp"].(json.Number) // a number, not a string
+	c, ok := parseClaims(token)
 	if !ok {
+		return time.Time{}, false
+	}
+	return c.exp, c.hasExp
+}
+
+// numericDate reads a NumericDate claim: a JSON number (not a string, not
+// null) of seconds since the epoch, possibly with a fraction, in (0, maxExp].
+func numericDate(v json.RawMessage) (time.Time, bool) {
+	if len(v) == 0 || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) {
+		return time.Time{}, false
+	}
+	var n json.Number
+	if err := json.Unmarshal(v, &n); err != nil {
 		return time.Time{}, false
 	}
 	if sec, err := n.Int64(); err == nil {

@@ -137,9 +137,18 @@ func TestTokenReviewCache(t *testing.T) {
 	if err := req(f.token); err != nil || reviews.Load() != 2 {
 		t.Fatalf("after 15 s: err=%v, %d reviews; want a new review", err, reviews.Load())
 	}
-	t.Run("a refused token is reviewed once per refusal window; text that is no JWT never", func(t *testing.T) {
-		bogus := f.serviceAccountToken(f.clientNS, "deploy", "another-audience") // real, for the wrong audience
+	t.Run("a refused token is reviewed once per refusal window; a wrong audience and text that is no JWT never", func(t *testing.T) {
+		// The real token's claims (our audience, the cluster's issuer, a
+		// future exp) under a forged signature: only a review can refuse it.
+		parts := strings.Split(f.token, ".")
+		bogus := parts[0] + "." + parts[1] + ".Zm9yZ2Vk"
+		wrongAudience := f.serviceAccountToken(f.clientNS, "deploy", "another-audience") // real, for the wrong audience
 		before := reviews.Load()
+		for i := 0; i < 3; i++ {
+			if err := req(wrongAudience); err != errUnauthenticated {
+				t.Fatalf("wrong-audience token: %v", err)
+			}
+		}
 		for i := 0; i < 3; i++ {
 			if err := req(bogus); err != errUnauthenticated {
 				t.Fatalf("wrong-audience token: %v", err)
@@ -149,7 +158,7 @@ func TestTokenReviewCache(t *testing.T) {
 			}
 		}
 		if got := reviews.Load() - before; got != 1 {
-			t.Fatalf("%d reviews for 6 failing requests, want 1", got)
+			t.Fatalf("%d reviews for 9 failing requests, want 1 (the forged signature's)", got)
 		}
 		f.clock.Step(refusedTTL)
 		if err := req(bogus); err != errUnauthenticated || reviews.Load()-before != 2 {

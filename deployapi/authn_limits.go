@@ -1,0 +1,154 @@
+package deployapi
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"k8s.io/utils/lru"
+)
+
+// Limits on the TokenReviews that requests can cause (issue 21; see
+// authenticator).
+const (
+	// maxConcurrentReviews bounds the reviews in flight, re-reviews
+	// included.
+	maxConcurrentReviews = 8
+	// defaultSlotWait is how long a miss waits for a free slot before it
+	// answers 503 unavailable.
+	defaultSlotWait = 250 * time.Millisecond
+	// sourceMissRate and sourceMissBurst are each source address's token
+	// bucket for misses: the reviews its requests may cause.
+	sourceMissRate  = 10 // per second
+	sourceMissBurst = 20
+	// maxSources bounds the buckets kept (least recently used evicted).
+	maxSources = 4096
+	// maxIssuers bounds the learned issuers.
+	maxIssuers = 4
+	// unknownIssuerRate and unknownIssuerBurst are the global budget of
+	// reviews for tokens whose issuer is not (yet) known, once one is.
+	unknownIssuerRate  = 1 // per second
+	unknownIssuerBurst = 1
+	// busyRetryAfterSeconds is the Retry-After of a miss that may not be
+	// reviewed now.
+	busyRetryAfterSeconds = 1
+)
+
+var (
+	errSourceOverRate = errors.New("token review not sent: the source's misses are over their rate")
+	errNoReviewSlot   = errors.New("token review not sent: no review slot free in time")
+)
+
+// errReviewsBusy answers a miss whose review may not be sent now: 503
+// unavailable with Retry-After, transient. cause is logged, never sent.
+func errReviewsBusy(cause error) *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, retryAfter: busyRetryAfterSeconds, cause: cause}
+}
+
+// reviewLimits are the review slots and the rate limits of misses.
+type reviewLimits struct {
+	slots chan struct{}
+	// slotWait is how long a miss waits for a slot (tests shorten it).
+	slotWait time.Duration
+
+	mu             sync.Mutex // guards the buckets (sources' values too)
+	sources        *lru.Cache // source host -> *tokenBucket
+	unknownIssuers tokenBucket
+}
+
+func newReviewLimits() reviewLimits {
+	return reviewLimits{slots: make(chan struct{}, maxConcurrentReviews), slotWait: defaultSlotWait, sources: lru.New(maxSources)}
+}
+
+// acquire takes a review slot, waiting at most wait. release gives it back.
+// The wait is a timer (a duration), not a read of the clock.
+func (l *reviewLimits) acquire(wait time.Duration) (release func(), ok bool) {
+	release = func() { <-l.slots }
+	select {
+	case l.slots <- struct{}{}:
+		return release, true
+	default:
+	}
+	if wait <= 0 {
+		return nil, false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case l.slots <- struct{}{}:
+		return release, true
+	case <-t.C:
+		return nil, false
+	}
+}
+
+// takeSource takes a miss from source's bucket; false when it is empty.
+func (l *reviewLimits) takeSource(source string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var b *tokenBucket
+	if v, ok := l.sources.Get(source); ok {
+		b = v.(*tokenBucket)
+	} else {
+		b = &tokenBucket{}
+		l.sources.Add(source, b)
+	}
+	return b.take(now, sourceMissRate, sourceMissBurst)
+}
+
+// unknownIssuerAvailable reports whether the unknown-issuer budget has a
+// review left, without taking it.
+func (l *reviewLimits) unknownIssuerAvailable(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.unknownIssuers.refill(now, unknownIssuerRate, unknownIssuerBurst)
+	return l.unknownIssuers.tokens >= 1
+}
+
+// takeUnknownIssuer takes a review from the unknown-issuer budget.
+func (l *reviewLimits) takeUnknownIssuer(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.unknownIssuers.take(now, unknownIssuerRate, unknownIssuerBurst)
+}
+
+// sourceOf is the address a request's misses are counted against: the host
+// of r.RemoteAddr (the peer of the TLS connection; no header is trusted).
+func sourceOf(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
+}
+
+// tokenBucket is a token bucket on the injected clock: it starts full and
+// refills at rate per second up to burst. A clock that goes back refills
+// nothing. Not safe for concurrent use.
+type tokenBucket struct {
+	tokens float64
+	last   time.Time
+	primed bool
+}
+
+func (b *tokenBucket) refill(now time.Time, rate, burst float64) {
+	if !b.primed {
+		b.tokens, b.last, b.primed = burst, now, true
+		return
+	}
+	if d := now.Sub(b.last); d > 0 {
+		b.tokens = min(burst, b.tokens+d.Seconds()*rate)
+		b.last = now
+	}
+}
+
+// take removes one token if there is one.
+func (b *tokenBucket) take(now time.Time, rate, burst float64) bool {
+	b.refill(now, rate, burst)
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
