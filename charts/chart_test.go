@@ -51,9 +51,15 @@ func helm(t *testing.T, args ...string) (string, error) {
 
 func chartDir() string { return filepath.Join(testenv.RepoRoot(), "charts", "bloodraven") }
 
-// render runs helm template with --set values, in namespace bloodraven.
+// render runs helm template with --set values, release bloodraven in
+// namespace bloodraven.
 func render(t *testing.T, sets ...string) (string, error) {
-	args := []string{"template", "bloodraven", chartDir(), "--namespace", "bloodraven", "--include-crds"}
+	return renderRelease(t, "bloodraven", "bloodraven", sets...)
+}
+
+// renderRelease is render for another release name and namespace.
+func renderRelease(t *testing.T, release, namespace string, sets ...string) (string, error) {
+	args := []string{"template", release, chartDir(), "--namespace", namespace, "--include-crds"}
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
@@ -73,10 +79,14 @@ var cases = map[string][]string{
 		"auxiliary.deployAPI.networkPolicy.additionalIngress[0].from[0].podSelector.matchLabels.app\\.kubernetes\\.io/name=escrow-client",
 		"auxiliary.deployAPI.networkPolicy.additionalIngress[0].ports[0].protocol=TCP",
 		"auxiliary.deployAPI.networkPolicy.additionalIngress[0].ports[0].port=8443"},
+	"namespaced": {watchNamespaces},
 }
 
+// watchNamespaces is the namespaced mode of the cases.
+const watchNamespaces = "watchNamespaces={team-b,team-a}"
+
 func TestLint(t *testing.T) {
-	for _, sets := range [][]string{nil, {"auxiliary.deployAPI.enabled=true", apiServer}} {
+	for _, sets := range [][]string{nil, {"auxiliary.deployAPI.enabled=true", apiServer}, {watchNamespaces}} {
 		args := []string{"lint", chartDir()}
 		for _, s := range sets {
 			args = append(args, "--set", s)
@@ -215,6 +225,12 @@ func TestMisconfigurationFailsWithItsMessage(t *testing.T) {
 			"requires auxiliary.escrowTLS.existingSecret"},
 		"policy and webhooks without the API server's sources": {[]string{"auxiliary.deployAPI.enabled=true"},
 			"auxiliary.deployAPI.networkPolicy.apiServerSources is empty: the NetworkPolicy would block the Kubernetes API server's calls to the validating webhooks on port 8443"},
+		"a watched namespace that is not a DNS label": {[]string{"watchNamespaces={team-a,Team_B}"},
+			`watchNamespaces: "Team_B" is not a namespace name: a DNS-1123 label`},
+		"a watched namespace longer than a label": {[]string{"watchNamespaces={" + strings.Repeat("a", 64) + "}"},
+			`is not a namespace name: a DNS-1123 label (at most 63`},
+		"a watched namespace ending in a dash": {[]string{"watchNamespaces={team-}"},
+			`watchNamespaces: "team-" is not a namespace name`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -226,33 +242,45 @@ func TestMisconfigurationFailsWithItsMessage(t *testing.T) {
 	}
 }
 
-// Every rendered manifest is accepted by the real API server: a server-side
-// apply in dry-run mode, which validates creates and (for the CRDs envtest
-// already installed) updates alike.
+// Every rendered manifest is accepted by the real API server, in the
+// cluster-wide and the namespaced mode: a server-side apply in dry-run mode,
+// which validates creates (the lease guard's CEL included) and (for the CRDs
+// envtest already installed) updates alike.
 func TestRenderedManifestsAreAcceptedByTheAPIServer(t *testing.T) {
-	out, err := render(t, cases["additional-ingress"]...)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	c := env.Client
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bloodraven"}}); err != nil && !strings.Contains(err.Error(), "already exists") {
-		t.Fatal(err)
-	}
-	objs := docs(t, out)
-	kinds := map[string]int{}
-	for _, o := range objs {
-		kinds[o.GetKind()]++
-		//lint:ignore SA1019 a server-side apply of arbitrary unstructured objects; client.Client.Apply takes typed apply configurations
-		err := c.Patch(ctx, o, client.Apply, client.DryRunAll, client.FieldOwner("helm-chart-test"), client.ForceOwnership)
-		if err != nil {
-			t.Errorf("%s %s rejected: %v", o.GetKind(), o.GetName(), err)
+	for _, ns := range []string{"bloodraven", "team-a", "team-b"} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !strings.Contains(err.Error(), "already exists") {
+			t.Fatal(err)
 		}
 	}
-	for _, k := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment", "ValidatingWebhookConfiguration", "NetworkPolicy", "CustomResourceDefinition"} {
-		if kinds[k] == 0 {
-			t.Errorf("render has no %s", k)
-		}
+	common := []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment",
+		"ValidatingWebhookConfiguration", "CustomResourceDefinition", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+		"FlowSchema", "PriorityLevelConfiguration"}
+	for name, want := range map[string][]string{
+		"additional-ingress": append(common, "NetworkPolicy"),
+		"namespaced":         common,
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := render(t, cases[name]...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kinds := map[string]int{}
+			for _, o := range docs(t, out) {
+				kinds[o.GetKind()]++
+				//lint:ignore SA1019 a server-side apply of arbitrary unstructured objects; client.Client.Apply takes typed apply configurations
+				err := c.Patch(ctx, o, client.Apply, client.DryRunAll, client.FieldOwner("helm-chart-test"), client.ForceOwnership)
+				if err != nil {
+					t.Errorf("%s %s/%s rejected: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+				}
+			}
+			for _, k := range want {
+				if kinds[k] == 0 {
+					t.Errorf("render has no %s", k)
+				}
+			}
+		})
 	}
 }
 

@@ -173,6 +173,9 @@ func Up(ctx context.Context, cfg Config) (_ *Playground, err error) {
 	if err := p.installOperatorIdentity(ctx, c, kube); err != nil {
 		return nil, err
 	}
+	if err := p.installLeaseGuard(ctx, c); err != nil {
+		return nil, err
+	}
 	if err := p.writeServingCertificate(); err != nil {
 		return nil, err
 	}

@@ -42,6 +42,7 @@ func (p *Playground) installOperatorIdentity(ctx context.Context, c client.Clien
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: OperatorServiceAccount, Namespace: OperatorNamespace}},
 		},
 	}
+	objs = append(objs, recordKeyRole()...)
 	for _, o := range objs {
 		if err := c.Create(ctx, o); err != nil {
 			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
@@ -61,6 +62,26 @@ func (p *Playground) installOperatorIdentity(ctx context.Context, c client.Clien
 		return fmt.Errorf("operator kubeconfig: %w", err)
 	}
 	return pki.WriteFileAtomic(p.Paths.OperatorKubeconfig, out, 0o600)
+}
+
+// recordKeyRole lets the operator create its record-MAC key Secret
+// (RecordKeySecret) in its namespace and read that Secret: the Role the
+// chart renders.
+func recordKeyRole() []client.Object {
+	return []client.Object{
+		&rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: RecordKeySecret, Namespace: OperatorNamespace},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{RecordKeySecret}, Verbs: []string{"get"}},
+				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+			},
+		},
+		&rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: RecordKeySecret, Namespace: OperatorNamespace},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: RecordKeySecret},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: OperatorServiceAccount, Namespace: OperatorNamespace}},
+		},
+	}
 }
 
 // OperatorIdentity is the user name the operator authenticates as.

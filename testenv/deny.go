@@ -23,14 +23,22 @@ func DenyLeaseUpdates(t testing.TB, ctx context.Context, c client.Client, ns, la
 	t.Helper()
 	policy, binding := leaseDenial("deny-lease-updates-"+ns, ns, &metav1.LabelSelector{MatchLabels: map[string]string{label: "true"}},
 		admissionregistrationv1.Update, "test: deployment Lease updates are denied")
-	for _, o := range []client.Object{policy, binding} {
+	// The probe is no deployment Lease (the lease guard of a playground
+	// would refuse the test's own writes of one whatever this policy
+	// does): a second binding of the same policy selects it, and both
+	// bindings take effect together.
+	const probeLabel = "testenv.bloodraven.shipstream.io/deny-probe"
+	probeBinding := binding.DeepCopy()
+	probeBinding.Name += "-probe"
+	probeBinding.Spec.MatchResources = &admissionregistrationv1.MatchResources{ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{probeLabel: "true"}}}
+	for _, o := range []client.Object{policy, binding, probeBinding} {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatalf("create %s: %v", o.GetName(), err)
 		}
 		t.Cleanup(func() { _ = c.Delete(context.Background(), o) })
 	}
 	probe := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "deny-probe", Namespace: ns,
-		Labels: map[string]string{label: "true"}}}
+		Labels: map[string]string{probeLabel: "true"}}}
 	if err := c.Create(ctx, probe); err != nil {
 		t.Fatalf("create probe lease: %v", err)
 	}
@@ -121,7 +129,6 @@ func leaseDenial(name, ns string, objects *metav1.LabelSelector, op admissionreg
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
 			MatchConstraints: &admissionregistrationv1.MatchResources{
 				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
-				ObjectSelector:    objects,
 				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 					Operations: []admissionregistrationv1.OperationType{op},
 					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"leases"}},
@@ -133,7 +140,8 @@ func leaseDenial(name, ns string, objects *metav1.LabelSelector, op admissionreg
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name,
-			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources:    &admissionregistrationv1.MatchResources{ObjectSelector: objects}},
 	}
 	return policy, binding
 }
