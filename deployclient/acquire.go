@@ -38,7 +38,8 @@ func Acquire(ctx context.Context, cfg SessionConfig) (*Session, error) {
 		cfg.TakeOverWait = MaxTTL
 	}
 	s := &Session{cfg: cfg, clk: cfg.Clock, lostCh: make(chan struct{}),
-		mig: &lease{kind: KindMigration}, hold: &lease{kind: KindFailoverHold}}
+		mig: &lease{kind: KindMigration}, hold: &lease{kind: KindFailoverHold}, ns: cfg.Client.Namespace()}
+	s.api.Store(cfg.Client)
 	s.ctx, s.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	limit := s.clk.Now().Add(cfg.Wait)
 
@@ -64,9 +65,20 @@ func Acquire(ctx context.Context, cfg SessionConfig) (*Session, error) {
 
 	// Is the operation live under another runner? Asking first leaves that
 	// runner alone. A failed observation decides nothing: the grant's 200
-	// says the same, later.
+	// says the same, later. Its namespace is pinned (unless one was given):
+	// an observation for another namespace than the given one ends the
+	// attempt before anything is granted.
 	seenLive := false
-	if obs, err := cfg.Client.Observe(ctx, cfg.Group); err == nil {
+	obs, err := s.client().Observe(ctx, cfg.Group)
+	if err == nil {
+		err = s.pin("GET group "+cfg.Group, obs.Namespace)
+	}
+	var ne *NamespaceError
+	if errors.As(err, &ne) {
+		s.cancel(errNotAcquired)
+		return nil, &AcquireError{Kind: KindMigration, Err: err}
+	}
+	if err == nil {
 		if l := liveMigration(obs, cfg.OperationID); l != nil {
 			if !cfg.TakeOver {
 				s.cancel(errNotAcquired)
@@ -167,7 +179,11 @@ func (s *Session) lapse(ctx context.Context, l *lease) {
 	if token == "" {
 		return
 	}
-	if _, err := s.cfg.Client.Renew(ctx, s.cfg.Group, l.kind, s.cfg.OperationID, token, int64(MaxTTL/time.Second), ""); err != nil {
+	r, err := s.client().Renew(ctx, s.cfg.Group, l.kind, s.cfg.OperationID, token, int64(MaxTTL/time.Second), "")
+	if err == nil {
+		err = s.pin("PUT "+l.kind+" lease", r.Namespace)
+	}
+	if err != nil {
 		s.progress("renewing the %s lease to %s failed (%v): it lapses at its ttl", l.kind, MaxTTL, err)
 		return
 	}
@@ -199,7 +215,7 @@ func (s *Session) forget(ctx context.Context, l *lease) {
 	ambiguous, token := l.ambiguous, l.token
 	l.mu.Unlock()
 	if token == "" && ambiguous {
-		if g, err := s.cfg.Client.Grant(ctx, s.cfg.Group, GrantRequest{Kind: l.kind, OperationID: s.cfg.OperationID, Instance: s.cfg.Instance, TTLSeconds: 5}); err == nil {
+		if g, err := s.client().Grant(ctx, s.cfg.Group, GrantRequest{Kind: l.kind, OperationID: s.cfg.OperationID, Instance: s.cfg.Instance, TTLSeconds: 5}); err == nil && s.pin("POST "+l.kind+" lease", g.Namespace) == nil {
 			l.confirm(g.Token, s.clk.Now(), time.Duration(g.TTLSeconds)*time.Second)
 		}
 	}
@@ -218,6 +234,10 @@ func ambiguousAnswer(err error) bool {
 	var ae *APIError
 	if errors.As(err, &ae) {
 		return ae.Status >= 500 && ae.Code != CodeNotLeader
+	}
+	var ne *NamespaceError
+	if errors.As(err, &ne) {
+		return false // answered, for another namespace: nothing to re-grant in the pinned one
 	}
 	var op *net.OpError
 	var rh tls.RecordHeaderError
@@ -240,7 +260,15 @@ func (s *Session) grant(ctx context.Context, l *lease, limit time.Time) (g *Gran
 	ttlSeconds := int64(s.cfg.TTL / time.Second)
 	for attempt := 1; ; attempt++ {
 		sent := s.clk.Now()
-		g, err := s.cfg.Client.Grant(ctx, s.cfg.Group, GrantRequest{Kind: l.kind, OperationID: s.cfg.OperationID, Instance: s.cfg.Instance, TTLSeconds: ttlSeconds})
+		g, err := s.client().Grant(ctx, s.cfg.Group, GrantRequest{Kind: l.kind, OperationID: s.cfg.OperationID, Instance: s.cfg.Instance, TTLSeconds: ttlSeconds})
+		if err == nil {
+			// A grant for another namespace than the pinned one is not
+			// used, not even to release it (the session sends nothing to
+			// a namespace it did not pin): it lapses at its ttl.
+			if perr := s.pin("POST "+l.kind+" lease", g.Namespace); perr != nil {
+				g, err = nil, perr
+			}
+		}
 		l.mu.Lock()
 		l.ambiguous = ambiguousAnswer(err)
 		explained := l.everAmbiguous

@@ -65,7 +65,8 @@ type classification struct {
 //   - A 200 at another generation is a loss: the primary moved.
 //   - 423, 503, 429, 401 and transport failures are transient before the
 //     loss moment, and a loss (deadline passed) after it.
-//   - Every other answer ends the lease (terminalAnswer).
+//   - Every other answer ends the lease (terminalAnswer), an answer for
+//     another namespace than the pinned one (*NamespaceError) included.
 func classify(r renewal, j judged) classification {
 	late := !r.answered.Before(j.lossAt)
 	if r.err == nil {
@@ -93,6 +94,10 @@ func classify(r renewal, j judged) classification {
 // terminalAnswer maps an answer that ends the lease to its LostError; nil
 // for a transient one.
 func terminalAnswer(kind string, err error) *LostError {
+	var ne *NamespaceError
+	if errors.As(err, &ne) {
+		return &LostError{Kind: kind, Cause: CauseNamespaceMismatch, Err: err}
+	}
 	var ae *APIError
 	if !errors.As(err, &ae) || Transient(err) {
 		return nil

@@ -70,6 +70,13 @@ type Config struct {
 	RequestTimeout time.Duration
 	// UserAgent is sent with every request.
 	UserAgent string
+	// Namespace is the group's namespace (a DNS label). When set, every
+	// request carries ?namespace=<ns>, so the server considers only that
+	// namespace (it settles an ambiguity across namespaces, DESIGN §3), and
+	// an answer that names another namespace is a *NamespaceError. Empty:
+	// requests name none; a Session then learns and pins the namespace from
+	// its first answer that names one.
+	Namespace string
 }
 
 // Client speaks the deployment API. It holds no lease state; see Session.
@@ -79,6 +86,8 @@ type Client struct {
 	tokenFile string
 	timeout   time.Duration
 	userAgent string
+	// namespace is sent with every request, and answers are held to it.
+	namespace string
 }
 
 // New checks cfg and loads the CA bundle.
@@ -94,6 +103,9 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("server URL %q: want no path or query (the client adds /deploy/v1/...)", cfg.Server)
 	}
 	u.Path = ""
+	if cfg.Namespace != "" && !isDNSLabel(cfg.Namespace) {
+		return nil, fmt.Errorf("namespace %q: want a Kubernetes namespace name (a DNS label: at most 63 of [a-z0-9-], starting and ending with a letter or digit)", cfg.Namespace)
+	}
 	if cfg.TokenFile == "" {
 		return nil, errors.New("no token file: the projected ServiceAccount token (audience bloodraven-deploy) is required")
 	}
@@ -130,11 +142,67 @@ func New(cfg Config) (*Client, error) {
 		tokenFile: cfg.TokenFile,
 		timeout:   timeout,
 		userAgent: ua,
+		namespace: cfg.Namespace,
 	}, nil
 }
 
 // Server is the base URL the client talks to.
 func (c *Client) Server() string { return c.base.String() }
+
+// Namespace is the namespace every request names; empty when none is set.
+func (c *Client) Namespace() string { return c.namespace }
+
+// inNamespace is a copy of c whose requests name ns; it shares c's
+// connections.
+func (c *Client) inNamespace(ns string) *Client {
+	cp := *c
+	cp.namespace = ns
+	return &cp
+}
+
+// NamespaceError is an answer that names another namespace than the one
+// the client pinned. The server considers only the namespace a request
+// names, so such an answer is a protocol error, never a reason to follow
+// it: the answer is not used, and a Session treats it as the loss of its
+// authority (CauseNamespaceMismatch), or as a refusal no retry can change
+// while it acquires.
+type NamespaceError struct {
+	// Pinned is the namespace the client sends; Answered the one the
+	// answer named.
+	Pinned, Answered string
+	// Answer says which answer it was ("GET group", "POST lease", ...).
+	Answer string
+}
+
+func (e *NamespaceError) Error() string {
+	return fmt.Sprintf("the answer to %s named namespace %q, but this client is pinned to namespace %q: a protocol error (the answer was not used)", e.Answer, e.Answered, e.Pinned)
+}
+
+// checkNamespace holds an answer's namespace to the client's: an answer
+// that names none (an older operator) is accepted.
+func (c *Client) checkNamespace(answer, answered string) error {
+	if c.namespace == "" || answered == "" || answered == c.namespace {
+		return nil
+	}
+	return &NamespaceError{Pinned: c.namespace, Answered: answered, Answer: answer}
+}
+
+// isDNSLabel reports a valid namespace name (RFC 1123 label).
+func isDNSLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case c == '-' && i > 0 && i < len(s)-1:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // Holder is the operation that holds a group's migration mutex.
 type Holder struct {
@@ -184,6 +252,10 @@ func (e *APIError) Is(target error) bool {
 // token file in the middle of rotation). Everything else is an answer.
 func Transient(err error) bool {
 	var ae *APIError
+	var ne *NamespaceError
+	if errors.As(err, &ne) {
+		return false // a protocol error: asking again does not change it
+	}
 	if !errors.As(err, &ae) {
 		return err != nil && !errors.Is(err, context.Canceled) && !untrusted(err)
 	}
@@ -287,6 +359,9 @@ func (c *Client) Observe(ctx context.Context, group string) (*Group, error) {
 	if _, err := c.do(ctx, c.timeout, http.MethodGet, groupPath(group), nil, nil, &g); err != nil {
 		return nil, err
 	}
+	if err := c.checkNamespace("GET group "+group, g.Namespace); err != nil {
+		return nil, err
+	}
 	return &g, nil
 }
 
@@ -296,6 +371,9 @@ func (c *Client) Grant(ctx context.Context, group string, req GrantRequest) (*Gr
 	var g Grant
 	status, err := c.do(ctx, c.timeout, http.MethodPost, groupPath(group)+"/leases", req, nil, &g)
 	if err != nil {
+		return nil, err
+	}
+	if err := c.checkNamespace("POST "+req.Kind+" lease", g.Namespace); err != nil {
 		return nil, err
 	}
 	g.Created = status == http.StatusCreated
@@ -312,6 +390,9 @@ func (c *Client) Renew(ctx context.Context, group, kind, operationID, token stri
 	}{token, ttlSeconds, phase}
 	var l Lease
 	if _, err := c.do(ctx, c.timeout, http.MethodPut, leasePath(group, kind, operationID), body, nil, &l); err != nil {
+		return nil, err
+	}
+	if err := c.checkNamespace("PUT "+kind+" lease", l.Namespace); err != nil {
 		return nil, err
 	}
 	return &l, nil
@@ -332,6 +413,9 @@ func (c *Client) Watch(ctx context.Context, group, kind, operationID, token stri
 	}
 	var l Lease
 	if _, err := c.do(ctx, wait+c.timeout, http.MethodGet, leasePath(group, kind, operationID), nil, hdr, &l); err != nil {
+		return nil, err
+	}
+	if err := c.checkNamespace("GET "+kind+" lease", l.Namespace); err != nil {
 		return nil, err
 	}
 	return &l, nil
@@ -393,6 +477,10 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, path str
 	defer cancel()
 	u := *c.base
 	u.Path = path
+	if c.namespace != "" {
+		// Every route takes it: only that namespace is considered.
+		u.RawQuery = url.Values{"namespace": {c.namespace}}.Encode()
+	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
 		return 0, fmt.Errorf("%s %s: %w", method, path, err)

@@ -39,6 +39,15 @@
 //     topologyGeneration differs from the grant's. The loss is reported
 //     once: Lost() closes, Err() returns the *LostError and Context() is
 //     canceled with it as cause;
+//   - pins the group's namespace: Config.Namespace, or else the first
+//     answer that names one (the observation Acquire reads first, or a
+//     grant's or renewal's answer). Every later request of the session
+//     names it (?namespace=<ns>: the server then considers only that
+//     namespace, so another tenant's group of the same name can neither
+//     capture nor deny the operation), the watch, MarkDDL, Confirm and the
+//     release included. An answer that names another namespace is a
+//     *NamespaceError: a loss (CauseNamespaceMismatch) once the leases are
+//     held, a permanent AcquireError before; never a reason to re-pin;
 //   - reads the projected token file for every request, so rotation needs
 //     no restart, and verifies the server's certificate against a CA file
 //     and the server's hostname;

@@ -114,13 +114,19 @@ func (s *Session) renewNow(ctx context.Context, l *lease, phase Phase) (classifi
 	rctx, cancel := context.WithTimeout(ctx, lossAt.Sub(r.sent))
 	defer cancel()
 	ttlSeconds := int64(s.cfg.TTL / time.Second)
-	r.lease, r.err = s.cfg.Client.Renew(rctx, s.cfg.Group, l.kind, s.cfg.OperationID, token, ttlSeconds, phase)
+	r.lease, r.err = s.client().Renew(rctx, s.cfg.Group, l.kind, s.cfg.OperationID, token, ttlSeconds, phase)
 	if phase != "" && isBadRequest(r.err) {
 		s.noPhases.Store(true)
 		s.progress("the operator does not record a migration's phase (it answered %v to phase %q): it is older than this client; the DDL boundary is kept on this side only, and renewals carry no phase", r.err, phase)
 		r.sent = s.clk.Now()
-		r.lease, r.err = s.cfg.Client.Renew(rctx, s.cfg.Group, l.kind, s.cfg.OperationID, token, ttlSeconds, "")
+		r.lease, r.err = s.client().Renew(rctx, s.cfg.Group, l.kind, s.cfg.OperationID, token, ttlSeconds, "")
 		phase = "" // what was sent last
+	}
+	if r.err == nil {
+		// An answer for another namespace confirms nothing: it is a loss.
+		if err := s.pin("PUT "+l.kind+" lease", r.lease.Namespace); err != nil {
+			r.lease, r.err = nil, err
+		}
 	}
 	if phase != "" && r.err == nil {
 		s.noPhases.Store(false) // this operator records phases

@@ -59,7 +59,7 @@ func (s *Session) release(ctx context.Context, l *lease) error {
 	}
 	var err error
 	for attempt := 1; attempt <= 3; attempt++ {
-		if err = s.cfg.Client.Release(ctx, s.cfg.Group, l.kind, s.cfg.OperationID, token); err == nil || !Transient(err) {
+		if err = s.client().Release(ctx, s.cfg.Group, l.kind, s.cfg.OperationID, token); err == nil || !Transient(err) {
 			break
 		}
 		if !sleep(s.clk, backoff(attempt, nil), ctx.Done(), nil) {

@@ -57,6 +57,13 @@ type SessionConfig struct {
 	NoWatch bool
 }
 
+// The group's namespace is pinned per session: Client's Config.Namespace
+// when set, else the first answer that names one (the observation Acquire
+// reads first, or a grant's or renewal's answer). From then on every
+// request of the session names it (?namespace=), and an answer that names
+// another is a *NamespaceError: a loss of authority, never a reason to
+// re-pin.
+
 // MaxTTL is the longest ttl the server grants.
 const MaxTTL = 120 * time.Second
 
@@ -85,6 +92,10 @@ const (
 	// CauseRejected: the server rejected the renewal in a way the client
 	// cannot fix (400 and other answers outside the renewal's contract).
 	CauseRejected Cause = "rejected"
+	// CauseNamespaceMismatch: an answer named another namespace than the
+	// one the session pinned (a *NamespaceError, a protocol error). The
+	// session never follows it to the other namespace.
+	CauseNamespaceMismatch Cause = "namespace_mismatch"
 )
 
 // LostError is why a session lost its authority. It is reported once.
@@ -115,6 +126,8 @@ func (e *LostError) Error() string {
 		return fmt.Sprintf("the operator refused the %s lease's token (403 token_mismatch): this operation was re-granted by someone else", e.Kind)
 	case CauseForbidden:
 		return fmt.Sprintf("the %s lease may no longer be held by this caller (%v)", e.Kind, e.Err)
+	case CauseNamespaceMismatch:
+		return fmt.Sprintf("the %s lease is treated as lost: %v", e.Kind, e.Err)
 	case CauseGenerationChanged:
 		return fmt.Sprintf("the topology generation moved from %d to %d under the %s lease: the primary moved", e.GrantGeneration, e.Generation, e.Kind)
 	case CauseDeadlinePassed:
@@ -146,11 +159,13 @@ type AcquireError struct {
 }
 
 // Permanent reports a refusal that no retry of the same request can change:
-// 403 forbidden, 409 revoked, 409 verification_required, and an
-// UncertainDDLError.
+// 403 forbidden, 409 revoked, 409 verification_required, an
+// UncertainDDLError, and an answer for another namespace than the pinned
+// one (a *NamespaceError).
 func (e *AcquireError) Permanent() bool {
 	var ud *UncertainDDLError
-	if errors.As(e.Err, &ud) {
+	var ne *NamespaceError
+	if errors.As(e.Err, &ud) || errors.As(e.Err, &ne) {
 		return true
 	}
 	var ae *APIError
@@ -225,6 +240,12 @@ type Session struct {
 	// noWatch: the operator does not serve the lease GET (older): the
 	// session falls back to its heartbeat alone.
 	noWatch atomic.Bool
+	// api is the client every request goes through: cfg.Client, or, once
+	// the namespace is pinned, a copy of it that names the namespace.
+	api atomic.Pointer[Client]
+	// ns is the pinned namespace; empty until one is given or learned.
+	nsMu sync.Mutex
+	ns   string
 
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
@@ -353,6 +374,40 @@ func (s *Session) progress(format string, args ...any) {
 	if s.cfg.Progress != nil {
 		s.cfg.Progress(fmt.Sprintf(format, args...))
 	}
+}
+
+// client is the client the session's requests go through.
+func (s *Session) client() *Client { return s.api.Load() }
+
+// pin holds the namespace an answer named (what) to the pinned one: the
+// first one named is pinned, and every later request of the session names
+// it; another one is a *NamespaceError. An answer that names none (an
+// older operator) changes nothing.
+func (s *Session) pin(what, ns string) error {
+	if ns == "" {
+		return nil
+	}
+	s.nsMu.Lock()
+	pinned := s.ns
+	if pinned == "" {
+		s.ns = ns
+		s.api.Store(s.cfg.Client.inNamespace(ns))
+	}
+	s.nsMu.Unlock()
+	// Learning it is not a progress line: Namespace tells it (the CLI
+	// names it once both leases are held).
+	if pinned != "" && pinned != ns {
+		return &NamespaceError{Pinned: pinned, Answered: ns, Answer: what}
+	}
+	return nil
+}
+
+// Namespace is the group's namespace the session pinned: the client's, or
+// the first one an answer named; empty while none is known.
+func (s *Session) Namespace() string {
+	s.nsMu.Lock()
+	defer s.nsMu.Unlock()
+	return s.ns
 }
 
 // TookOver reports whether the migration lease was taken over from another

@@ -25,7 +25,11 @@ func (s *Session) watch(ctx context.Context, l *lease) {
 		}
 		token, ttl, _, _ := l.snapshot()
 		sent := s.clk.Now()
-		_, err := s.cfg.Client.Watch(ctx, s.cfg.Group, l.kind, s.cfg.OperationID, token, watchWait)
+		lease, err := s.client().Watch(ctx, s.cfg.Group, l.kind, s.cfg.OperationID, token, watchWait)
+		if err == nil {
+			// An answer for another namespace is a loss (terminalAnswer).
+			err = s.pin("GET "+l.kind+" lease", lease.Namespace)
+		}
 		if ctx.Err() != nil {
 			return
 		}

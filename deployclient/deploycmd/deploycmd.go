@@ -48,9 +48,12 @@ const (
 	// outcome could not be written to --outcome-file, so the migration
 	// mutex was left to lapse at its ttl. (After a loss, codes 4-6 win.)
 	ExitNotRecorded = 7
-	// ExitRefused: a refusal no retry can change: 403 forbidden, 409
+	// ExitRefused: a refusal no retry can change: 403 forbidden (without
+	// --namespace, one cause is a group name that more than one namespace
+	// authorizes this ServiceAccount for; --namespace settles it), 409
 	// revoked at acquisition (the operation id can never be granted
-	// again), 409 verification_required. The command was not started.
+	// again), 409 verification_required, an answer for another namespace
+	// than --namespace. The command was not started.
 	ExitRefused = 8
 )
 
@@ -59,6 +62,8 @@ const (
 	EnvServer    = "BLOODRAVEN_DEPLOY_SERVER"
 	EnvCA        = "BLOODRAVEN_DEPLOY_CA"
 	EnvTokenFile = "BLOODRAVEN_DEPLOY_TOKEN_FILE"
+	// EnvNamespace is the default of --namespace: the group's namespace.
+	EnvNamespace = "BLOODRAVEN_DEPLOY_NAMESPACE"
 )
 
 // Environment given to the command and to the abort command.
@@ -141,9 +146,10 @@ func NewCommand(name string, stdin io.Reader, stdout, stderr io.Writer, getenv f
 	return root
 }
 
-// connFlags are the flags that say where the API is.
+// connFlags are the flags that say where the API is, and in which
+// namespace the group is.
 type connFlags struct {
-	server, ca, tokenFile string
+	server, ca, tokenFile, namespace string
 }
 
 func (c *connFlags) register(fs *pflag.FlagSet, getenv func(string) string) {
@@ -156,13 +162,15 @@ func (c *connFlags) register(fs *pflag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.server, "server", def(EnvServer, DefaultServer), "base URL of the deployment API (env "+EnvServer+")")
 	fs.StringVar(&c.ca, "ca", def(EnvCA, DefaultCA), "PEM CA bundle the server's certificate must chain to; its hostname is verified too (env "+EnvCA+")")
 	fs.StringVar(&c.tokenFile, "token-file", def(EnvTokenFile, DefaultTokenFile), "projected ServiceAccount token, audience bloodraven-deploy; read again for every request (env "+EnvTokenFile+")")
+	fs.StringVar(&c.namespace, "namespace", def(EnvNamespace, ""), "namespace of the MysqlFailoverGroup, sent with every request so that only it is considered; "+
+		"settles a 403 when a group of that name exists in more than one namespace; default: learned from the first answer that names one, then pinned (env "+EnvNamespace+")")
 }
 
 func (c *connFlags) client() (*deployclient.Client, error) {
 	if _, err := deployclient.ReadToken(c.tokenFile); err != nil {
 		return nil, fmt.Errorf("%w (give --token-file or %s)", err, EnvTokenFile)
 	}
-	return deployclient.New(deployclient.Config{Server: c.server, CAFile: c.ca, TokenFile: c.tokenFile, UserAgent: "bloodraven-deploy-cli"})
+	return deployclient.New(deployclient.Config{Server: c.server, CAFile: c.ca, TokenFile: c.tokenFile, Namespace: c.namespace, UserAgent: "bloodraven-deploy-cli"})
 }
 
 // markDDLCommand is `mark-ddl`, run by the command inside a run before its
@@ -244,17 +252,21 @@ func newOperationID() string {
 }
 
 // explain turns an acquisition failure into what a person can do about it.
-func explain(err error, group, instance, op, tokenFile string, wait time.Duration) string {
+// namespace is --namespace (empty when not given).
+func explain(err error, group, namespace, instance, op, tokenFile string, wait time.Duration) string {
 	var ae *deployclient.APIError
 	var acq *deployclient.AcquireError
 	var live *deployclient.OperationLiveError
 	var ud *deployclient.UncertainDDLError
+	var ne *deployclient.NamespaceError
 	errors.As(err, &acq)
 	switch {
 	case errors.As(err, &live):
 		return live.Error()
 	case errors.As(err, &ud):
 		return ud.Error()
+	case errors.As(err, &ne):
+		return fmt.Sprintf("%v: the server answered for another namespace than the one this run pinned; nothing was started", ne)
 	}
 	if !errors.As(err, &ae) {
 		return fmt.Sprintf("%v: is the deployment API reachable at the --server URL, and does --ca name its CA?", err)
@@ -273,8 +285,11 @@ func explain(err error, group, instance, op, tokenFile string, wait time.Duratio
 		return fmt.Sprintf("the token in %s was not accepted (401): it must be a projected ServiceAccount token for audience bloodraven-deploy that has not expired", tokenFile)
 	case ae.Code == deployclient.CodeVerificationRequired:
 		return fmt.Sprintf("instance %s is gated (409 verification_required): operation %s lost authority past its DDL boundary (generation %d); a person must verify the schema and annotate the MysqlDatabase before any migration", instance, ae.OperationID, ae.Generation)
+	case ae.Code == deployclient.CodeForbidden && namespace != "":
+		return fmt.Sprintf("forbidden (403): this ServiceAccount is not in spec.deploymentClients of MysqlDatabase %s for group %s in namespace %s, or the group does not exist there", instance, group, namespace)
 	case ae.Code == deployclient.CodeForbidden:
-		return fmt.Sprintf("forbidden (403): this ServiceAccount is not in spec.deploymentClients of MysqlDatabase %s for group %s, or the group does not exist", instance, group)
+		return fmt.Sprintf("forbidden (403): this ServiceAccount is not in spec.deploymentClients of MysqlDatabase %s for group %s, or the group does not exist; "+
+			"or groups named %s in more than one namespace authorize it (an ambiguity across namespaces): give --namespace (or %s) to name the group's namespace", instance, group, group, EnvNamespace)
 	case ae.Code == deployclient.CodeMigrationNotHeld:
 		return "the failover-hold was refused (403 migration_not_held): the migration mutex was lost while the hold was asked for"
 	case ae.Code == deployclient.CodeBadRequest:

@@ -23,7 +23,7 @@ func TestExplainNamesWhatToDo(t *testing.T) {
 		"a transport error": {&deployclient.AcquireError{Err: errors.New("dial tcp: connection refused")}, "is the deployment API reachable"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := explain(tc.err, "g", "db", "op", "/t", time.Minute); !strings.Contains(got, tc.want) {
+			if got := explain(tc.err, "g", "", "db", "op", "/t", time.Minute); !strings.Contains(got, tc.want) {
 				t.Fatalf("explain = %q, want %q in it", got, tc.want)
 			}
 		})

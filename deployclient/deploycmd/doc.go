@@ -2,8 +2,8 @@
 // bloodraven-deploy (cmd/bloodraven-deploy), and `bloodraven deploy` in the
 // operator's binary. Its command tree is cobra's (with shell completion):
 //
-//	bloodraven-deploy run --group G --instance I [flags] -- COMMAND [ARGS]
-//	bloodraven-deploy status --group G [-o json]
+//	bloodraven-deploy run --group G --instance I [--namespace NS] [flags] -- COMMAND [ARGS]
+//	bloodraven-deploy status --group G [--namespace NS] [-o json]
 //	bloodraven-deploy mark-ddl
 //	bloodraven-deploy completion bash|zsh|fish|powershell
 //
@@ -45,6 +45,15 @@
 //     lost at or after it, 6 lost before it and --on-abort failed, 7 the
 //     outcome could not be written (the mutex is left to lapse), 8 refused
 //     for good (403 forbidden, 409 revoked, 409 verification_required).
+//   - The group's namespace is pinned for the run: --namespace (env
+//     BLOODRAVEN_DEPLOY_NAMESPACE), or else the namespace the first answer
+//     names. Every later request names it (the renewals, the watch,
+//     mark-ddl's renewal, the confirming renewal and the releases); an
+//     answer that names another namespace is a loss (4 or 5), or exit 8
+//     before COMMAND started. Without --namespace, a 403 forbidden on the
+//     first request (which is what the server answers when the group's name
+//     is authorized in more than one namespace) exits 8 and says that
+//     --namespace settles it.
 //   - Nothing secret is printed: not the bearer token, not a lease token.
 //
 // COMMAND runs in its own process group, so it should not read from a

@@ -44,6 +44,8 @@ type outcome struct {
 	// lost-after-ddl.
 	Outcome string `json:"outcome"`
 	Detail  string `json:"detail,omitempty"`
+	// Namespace is the group's namespace the run pinned, when known.
+	Namespace string `json:"namespace,omitempty"`
 	// CommandExitCode is the command's own exit code, when it exited (the
 	// run's exit code is 1 for any failure: 2-8 are the run's own).
 	CommandExitCode *int   `json:"commandExitCode,omitempty"`
@@ -69,7 +71,13 @@ Exit codes:
   5  authority lost at or after the DDL boundary: a person must verify the schema
   6  authority lost before the DDL boundary and --on-abort failed
   7  COMMAND ended but the outcome could not be written to --outcome-file (the mutex lapses)
-  8  refused for good (403 forbidden, 409 revoked, 409 verification_required): do not retry
+  8  refused for good (403 forbidden, 409 revoked, 409 verification_required): do not retry as is;
+     without --namespace, a 403 may mean the group's name exists in more than one namespace
+     that authorizes this ServiceAccount: --namespace settles it
+
+The group's namespace is pinned: --namespace, or else the namespace the first answer names (the
+group's observation). Every later request names it, and an answer that names another one is
+treated as a loss of authority (4 or 5), or refused (8) before COMMAND starts.
 
 COMMAND gets BLOODRAVEN_GROUP, BLOODRAVEN_INSTANCE, BLOODRAVEN_OPERATION_ID,
 BLOODRAVEN_TOPOLOGY_GENERATION and BLOODRAVEN_DDL_MARKER; it runs 'bloodraven deploy mark-ddl'
@@ -175,7 +183,7 @@ func runMain(f runFlags, command []string, stdin io.Reader, stdout, stderr io.Wr
 	close(acquired)
 	<-watcher
 	if err != nil {
-		logf("could not acquire: %s", explain(err, f.group, f.instance, f.operationID, f.conn.tokenFile, f.wait))
+		logf("could not acquire: %s", explain(err, f.group, f.conn.namespace, f.instance, f.operationID, f.conn.tokenFile, f.wait))
 		var acq *deployclient.AcquireError
 		if errors.As(err, &acq) && acq.Permanent() {
 			logf("this refusal does not change on a retry: exit %d", ExitRefused)
@@ -194,10 +202,18 @@ func runMain(f runFlags, command []string, stdin io.Reader, stdout, stderr io.Wr
 	default:
 	}
 	logf("holding the migration mutex and the failover-hold of group %s (operation %s, topology generation %d, ttl %s, renewed every %s)",
-		f.group, f.operationID, sess.Generation(), sess.TTL(), (sess.TTL() / 3).Round(100*time.Millisecond))
+		qualified(sess.Namespace(), f.group), f.operationID, sess.Generation(), sess.TTL(), (sess.TTL() / 3).Round(100*time.Millisecond))
 
 	r := &runner{f: f, sess: sess, clk: clk, logf: logf, stdout: stdout, stderr: stderr, dir: dir, marker: marker}
 	return r.run(command, stdin, stdout, stderr, sigs)
+}
+
+// qualified is namespace/group, or group while the namespace is unknown.
+func qualified(namespace, group string) string {
+	if namespace == "" {
+		return group
+	}
+	return namespace + "/" + group
 }
 
 func fileExists(path string) bool {
@@ -450,7 +466,7 @@ func lostCause(err error) string {
 func (r *runner) finish(code int, result, detail string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rec := outcome{Group: r.f.group, Instance: r.f.instance, OperationID: r.f.operationID,
+	rec := outcome{Group: r.f.group, Namespace: r.sess.Namespace(), Instance: r.f.instance, OperationID: r.f.operationID,
 		TopologyGeneration: r.sess.Generation(), Outcome: result, Detail: detail, At: r.clk.Now().UTC().Format(time.RFC3339Nano)}
 	if r.exitCode >= 0 {
 		code := r.exitCode

@@ -3,6 +3,7 @@ package deploycmd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -10,13 +11,15 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/shipstream/bloodraven/deployclient"
 )
 
 func statusCommand(stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
 	var conn connFlags
 	var group, output string
 	cmd := &cobra.Command{
-		Use:   "status --group G [-o table|json]",
+		Use:   "status --group G [--namespace NS] [-o table|json]",
 		Short: "Print the group's observation (GET /deploy/v1/groups/{group})",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
@@ -31,7 +34,7 @@ func statusCommand(stdout, stderr io.Writer, getenv func(string) string) *cobra.
 
 func status(conn connFlags, group, output string, stdout, stderr io.Writer) int {
 	if group == "" || (output != "table" && output != "json") {
-		fmt.Fprintln(stderr, "usage: bloodraven deploy status --group G [-o table|json]")
+		fmt.Fprintln(stderr, "usage: bloodraven deploy status --group G [--namespace NS] [-o table|json]")
 		return ExitUsage
 	}
 	client, err := conn.client()
@@ -43,7 +46,11 @@ func status(conn connFlags, group, output string, stdout, stderr io.Writer) int 
 	defer cancel()
 	g, err := client.Observe(ctx, group)
 	if err != nil {
-		fmt.Fprintf(stderr, "bloodraven deploy: GET group %s: %v\n", group, err)
+		fmt.Fprintf(stderr, "bloodraven deploy: GET group %s: %v\n", qualified(conn.namespace, group), err)
+		var ae *deployclient.APIError
+		if errors.As(err, &ae) && ae.Code == deployclient.CodeForbidden && conn.namespace == "" {
+			fmt.Fprintf(stderr, "bloodraven deploy: one cause of 403 forbidden is a group named %s in more than one namespace that authorizes this ServiceAccount (an ambiguity across namespaces): give --namespace (or %s)\n", group, EnvNamespace)
+		}
 		return 1
 	}
 	if output == "json" {
