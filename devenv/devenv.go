@@ -60,6 +60,13 @@ type Config struct {
 	SitePorts [2]int
 	// Log receives progress lines; default io.Discard.
 	Log io.Writer
+	// WatchNamespaces, when set, starts the operator confined to these
+	// namespaces (--watch-namespaces: the chart's namespaced install).
+	WatchNamespaces []string
+	// OperatorRBAC, when set, is created instead of the operator's
+	// generated ClusterRole and its binding (a test passes the chart's
+	// namespaced rendering); the namespaces of its Roles are created first.
+	OperatorRBAC []client.Object
 }
 
 // Paths are the fixed locations of what a user needs.

@@ -43,6 +43,20 @@ func (p *Playground) installOperatorIdentity(ctx context.Context, c client.Clien
 		},
 	}
 	objs = append(objs, recordKeyRole()...)
+	if p.cfg.OperatorRBAC != nil {
+		// The namespaced install: the given RBAC (the chart's rendering,
+		// in tests) instead of the cluster-wide role; the namespaces its
+		// Roles live in are created first.
+		objs = []client.Object{objs[0], objs[1]}
+		seen := map[string]bool{OperatorNamespace: true}
+		for _, o := range p.cfg.OperatorRBAC {
+			if ns := o.GetNamespace(); ns != "" && !seen[ns] {
+				seen[ns] = true
+				objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+			}
+		}
+		objs = append(objs, p.cfg.OperatorRBAC...)
+	}
 	for _, o := range objs {
 		if err := c.Create(ctx, o); err != nil {
 			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)

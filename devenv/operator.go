@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -78,6 +79,9 @@ func (p *Playground) StartOperator(ctx context.Context, l Listeners, logPath str
 		"--topology-driver=mysql",
 		"--probe-interval=2s",
 	)
+	if len(p.cfg.WatchNamespaces) > 0 {
+		cmd.Args = append(cmd.Args, "--watch-namespaces="+strings.Join(p.cfg.WatchNamespaces, ","))
+	}
 	cmd.Env = append(os.Environ(),
 		"KUBECONFIG="+p.Paths.OperatorKubeconfig,
 		"BLOODRAVEN_ESCROW_TLS_ADDR="+l.TLS,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -30,6 +31,9 @@ func (p *Playground) createScene(ctx context.Context, c client.Client, kube kube
 	}
 	for _, o := range objs {
 		if err := c.Create(ctx, o); err != nil {
+			if _, ns := o.(*corev1.Namespace); ns && apierrors.IsAlreadyExists(err) {
+				continue // the namespaced install's RBAC made it
+			}
 			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
 		}
 	}
