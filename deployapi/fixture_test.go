@@ -150,24 +150,8 @@ func (f *fixture) createGroup(ns, name string, generation int64) *v1.MysqlFailov
 	if err := env.Client.Status().Update(f.ctx, g); err != nil {
 		f.t.Fatal(err)
 	}
-	waitGroupCached(f.t, g)
+	waitObjectCached(f.t, g) // the group cache proposes the namespaces that count
 	return g
-}
-
-// waitGroupCached waits until the group cache (which proposes the
-// namespaces that count) holds g.
-func waitGroupCached(t testing.TB, g *v1.MysqlFailoverGroup) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		got := &v1.MysqlFailoverGroup{}
-		err := leaseCache.Get(context.Background(), client.ObjectKeyFromObject(g), got)
-		if err == nil && revision(got.ResourceVersion) >= revision(g.ResourceVersion) {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("the group cache never saw %s/%s at resourceVersion %s", g.Namespace, g.Name, g.ResourceVersion)
 }
 
 // testRecordKey authenticates the records of every store of these tests
@@ -199,18 +183,22 @@ func revision(rv string) uint64 {
 
 // waitDatabaseCached waits until the cache that proposes authorization
 // candidates holds db at its stored resourceVersion (or a later one).
-func waitDatabaseCached(t testing.TB, db *v1.MysqlDatabase) {
+func waitDatabaseCached(t testing.TB, db *v1.MysqlDatabase) { t.Helper(); waitObjectCached(t, db) }
+
+// waitObjectCached waits until the test cache (leases, databases, groups) holds
+// want at its resourceVersion or a later one.
+func waitObjectCached(t testing.TB, want client.Object) {
 	t.Helper()
+	got := want.DeepCopyObject().(client.Object)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		got := &v1.MysqlDatabase{}
-		err := leaseCache.Get(context.Background(), client.ObjectKeyFromObject(db), got)
-		if err == nil && revision(got.ResourceVersion) >= revision(db.ResourceVersion) {
+		err := leaseCache.Get(context.Background(), client.ObjectKeyFromObject(want), got)
+		if err == nil && revision(got.GetResourceVersion()) >= revision(want.GetResourceVersion()) {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("the database cache never saw %s/%s at resourceVersion %s", db.Namespace, db.Name, db.ResourceVersion)
+	t.Fatalf("the cache never saw %T %s/%s at resourceVersion %s", want, want.GetNamespace(), want.GetName(), want.GetResourceVersion())
 }
 
 // serviceAccountToken creates the ServiceAccount if needed and returns a real

@@ -236,14 +236,5 @@ func waitLeaseCached(t testing.TB, ns, name string) {
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, want); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		got := &coordinationv1.Lease{}
-		err := leaseCache.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, got)
-		if err == nil && revision(got.ResourceVersion) >= revision(want.ResourceVersion) {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("the lease cache never saw %s/%s", ns, name)
+	waitObjectCached(t, want)
 }
