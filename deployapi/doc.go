@@ -6,14 +6,26 @@
 // followers), authentication (a projected ServiceAccount token checked by
 // TokenReview for the configured audience, which the review must name in
 // status.audiences; successful reviews cached by token hash for 15 s or
-// until the token's own exp, whichever is first, at most 1,024 entries;
+// until the token's own exp, whichever is first, at most 1,024 entries, and
+// re-reviewed in the background after half of that while in use;
 // concurrent misses for one token share one review, a refused token is
-// refused for 5 s without another, and text that is not JWT-shaped is
-// refused without one), the path and body parsed into a typed call (413,
+// refused for 5 s without another; text that is not JWT-shaped, and a
+// token whose unverified claims cannot pass (audience, exp, an issuer
+// learned from successful reviews), is refused without one; at most 8
+// reviews run at once and at most 10/s are sent for one source address,
+// beyond which a miss answers 503 unavailable with Retry-After), the path,
+// the body and ?namespace= parsed into a typed call (413,
 // 400: member names exact, each once), authorization, then the lease
 // decision of package policy. One function, wrap, runs that line for every
 // route, and the request's log line is derived from the call and the
 // result.
+//
+// Which namespace a request means (authz.go, DESIGN §3 "Resolved
+// (tenants)"): a namespace counts only where a group named {group} exists;
+// ?namespace= confines a request to one; the lease GET, PUT and DELETE are
+// settled by the record that carries the caller's lease token and are
+// authorized against that record's instance; two namespaces that count
+// are the ambiguity 403. Answers name the namespace.
 //
 // Authorization is decided by uncached reads: a cache of MysqlDatabases,
 // indexed by spec.groupRef.name, proposes the databases of the group that

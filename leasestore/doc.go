@@ -29,11 +29,25 @@
 // announces it once with Announce, a compare-and-swap that relabels it
 // "tombstone", which drops it from the cache.
 //
+// Every record the store writes carries a MAC (RecordKey: HMAC-SHA256 of
+// the Lease's namespace, name and record under the operator's key, kept in
+// a Secret only the operator reads). A record read that does not verify
+// stands for an object that exists but holds nothing: it belongs to no
+// group and no operation, so it holds no mutex, defers nothing, is never
+// listed, renewed, re-granted or revived, and a grant overwrites it with
+// the resourceVersion it was read at. It is reported once per object
+// version (Store.OnUnverified). A record with no MAC on a Lease created
+// before the key is a record of the previous version: honoured, with its
+// expiry clamped to the key's creation plus the longest ttl.
+//
 // Guarantees: every write carries the resourceVersion it decided on;
 // Optimistic is the one retry loop (at most MaxAttempts attempts, fresh
 // reads after the first); Revoke decides nothing: it re-reads the group and
 // the operation's records from the API server and writes what leases.Revoke
 // decides on them, so a revocation only tombstones leases of a generation
-// older than a fresh read of the group's. Not guaranteed: that a cached read is current — callers
-// confirm a refusal with a fresh read, and a stale success costs a Conflict.
+// older than a fresh read of the group's. Not guaranteed: that a cached
+// read is current (callers confirm a refusal with a fresh read, and a stale
+// success costs a Conflict); that a deletion, or a replay of an earlier
+// sealed record of the same Lease, is noticed (the lease guard policy,
+// package leaseguard, refuses both at admission).
 package leasestore
