@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,13 +48,17 @@ import (
 //   - Lease writes in the victim's namespace: refused by the lease guard
 //     policy; with the policy's binding removed, a forged record is
 //     written, ignored and counted;
-//   - unique JWT-shaped junk tokens at 200 requests/s for 30 s.
+//   - unique JWT-shaped junk tokens at 200 requests/s for 30 s of sending,
+//     from a process of its own, in 5-s bursts between 5-s pauses (SIGSTOP,
+//     SIGCONT).
 //
 // The victim runs twice: started with --namespace, and learning the
 // namespace from its first answer; both before the attacks begin. Nothing
 // changes for it: no 403, no 404, no 409 in its requests, its command runs
-// to the end and the run exits 0, and its p99 renewal latency stays within
-// 2x of the quiet minute before the attacks (measured in the same run). A
+// to the end and the run exits 0, and its p99 renewal latency during the
+// bursts stays within 2x of its p99 in the quiet spans (the 10 s before the
+// attacks and the pauses): measured in the same run, interleaved, so both
+// share whatever else loads the machine. A
 // run started without --namespace once the same-named group exists gets
 // the ambiguity refusal at acquisition (exit 8) and starts no command.
 func TestAHostileTenantChangesNothingForTheVictim(t *testing.T) {
@@ -87,14 +92,17 @@ func TestAHostileTenantChangesNothingForTheVictim(t *testing.T) {
 				"sh", "-c", `touch "$0"; while [ ! -f "$1" ]; do sleep 0.1; done`, started, stop)
 			e2etest.WaitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil })
 
-			time.Sleep(20 * time.Second) // the quiet baseline
-			attackStart := time.Now()
+			time.Sleep(10 * time.Second) // a quiet baseline
 			unverifiedBefore := e2etest.MetricValue(t, metrics, "bloodraven_lease_records_unverified_total")
+			// The flood runs in 5-s bursts with 5-s pauses (SIGSTOP,
+			// SIGCONT), so the renewals under attack and the quiet ones
+			// share whatever else loads this machine.
 			flood := att.startJunk(t, 200, 30*time.Second)
+			bursts := flood.alternate(5 * time.Second)
 			att.tenantObjects(t, ctx)
 			att.leaseWrites(t, ctx, op)
-			floodStats := <-flood
-			attackEnd := time.Now()
+			floodStats := <-flood.done
+			on := <-bursts
 			if after := e2etest.MetricValue(t, metrics, "bloodraven_lease_records_unverified_total"); after <= unverifiedBefore {
 				t.Errorf("the forged record was not counted: bloodraven_lease_records_unverified_total %v -> %v", unverifiedBefore, after)
 			}
@@ -113,17 +121,16 @@ func TestAHostileTenantChangesNothingForTheVictim(t *testing.T) {
 				if r.handler != "renew" {
 					continue
 				}
-				switch {
-				case r.at.Before(attackStart):
-					quiet = append(quiet, r.ms)
-				case r.at.Before(attackEnd):
+				if on.contains(r.at) {
 					attacked = append(attacked, r.ms)
+				} else if r.at.Before(on.end()) {
+					quiet = append(quiet, r.ms)
 				}
 			}
 			qp, ap := p99(quiet), p99(attacked)
 			t.Logf("%s: %d renewals quiet (p99 %.1f ms), %d under attack (p99 %.1f ms); junk: %d sent, %v answers",
 				mode.name, len(quiet), qp, len(attacked), ap, floodStats.Sent, floodStats.ByStatus)
-			if len(quiet) < 5 || len(attacked) < 10 {
+			if len(quiet) < 10 || len(attacked) < 10 {
 				t.Fatalf("too few renewals to compare: %d quiet, %d under attack", len(quiet), len(attacked))
 			}
 			if ap > 2*qp {
@@ -326,10 +333,18 @@ type floodStats struct {
 	ByStatus map[string]int `json:"byStatus"`
 }
 
+// flood is a running junkflood process.
+type flood struct {
+	cmd    *exec.Cmd
+	done   chan floodStats
+	exited chan struct{} // closed once the process has exited
+}
+
 // startJunk runs the junk flood (e2e/e2etest/junkflood, its own process)
-// against the group's observation for d at rate requests/s, copying the
-// claims of the attacker's real token, and delivers what it was answered.
-func (a *attacker) startJunk(t *testing.T, rate int, d time.Duration) <-chan floodStats {
+// against the group's observation: rate requests/s for d of sending,
+// copying the claims of the attacker's real token. done delivers what it
+// was answered.
+func (a *attacker) startJunk(t *testing.T, rate int, d time.Duration) *flood {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "junkflood")
 	build := exec.Command("go", "build", "-o", bin, "./e2e/e2etest/junkflood")
@@ -345,15 +360,67 @@ func (a *attacker) startJunk(t *testing.T, rate int, d time.Duration) <-chan flo
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan floodStats, 1)
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	f := &flood{cmd: cmd, done: make(chan floodStats, 1), exited: make(chan struct{})}
 	go func() {
 		var st floodStats
-		if err := cmd.Wait(); err != nil || json.Unmarshal(out.Bytes(), &st) != nil {
+		err := cmd.Wait()
+		close(f.exited)
+		if err != nil || json.Unmarshal(out.Bytes(), &st) != nil {
 			st.ByStatus = map[string]int{"junkflood failed: " + errb.String(): 1}
 		}
-		done <- st
+		f.done <- st
 	}()
-	return done
+	return f
+}
+
+// window is a span of time.
+type window struct{ from, to time.Time }
+
+// windows are the spans the flood was sending.
+type windows []window
+
+func (ws windows) contains(t time.Time) bool {
+	for _, w := range ws {
+		if !t.Before(w.from) && t.Before(w.to) {
+			return true
+		}
+	}
+	return false
+}
+
+func (ws windows) end() time.Time {
+	if len(ws) == 0 {
+		return time.Time{}
+	}
+	return ws[len(ws)-1].to
+}
+
+// alternate pauses and resumes the flood every period until it exits, and
+// then delivers the windows in which it was sending.
+func (f *flood) alternate(period time.Duration) <-chan windows {
+	out := make(chan windows, 1)
+	go func() {
+		var ws windows
+		start := time.Now()
+		for {
+			select {
+			case <-f.exited:
+				out <- append(ws, window{start, time.Now()})
+				return
+			case <-time.After(period):
+			}
+			if f.cmd.Process.Signal(syscall.SIGSTOP) != nil {
+				out <- append(ws, window{start, time.Now()})
+				return // it exited
+			}
+			ws = append(ws, window{start, time.Now()})
+			time.Sleep(period)
+			_ = f.cmd.Process.Signal(syscall.SIGCONT)
+			start = time.Now()
+		}
+	}()
+	return out
 }
 
 // victimRequest is one line of the operator's request log for the
