@@ -236,6 +236,24 @@ func (s *Server) Kill() {
 	}
 }
 
+// Pause stops the server's process with SIGSTOP: it keeps its sockets, the
+// kernel accepts connections for it, and it answers nothing, as a hung or
+// partitioned host does.
+func (s *Server) Pause() error {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return fmt.Errorf("mariadbd %s is not running", s.Name)
+	}
+	return s.cmd.Process.Signal(syscall.SIGSTOP)
+}
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() error {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return fmt.Errorf("mariadbd %s is not running", s.Name)
+	}
+	return s.cmd.Process.Signal(syscall.SIGCONT)
+}
+
 // Stop shuts the server down with SIGTERM.
 func (s *Server) Stop() {
 	if s.cmd != nil && s.cmd.Process != nil {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/topology"
@@ -14,10 +15,13 @@ import (
 
 type site struct {
 	reachable, writable, replicating bool
-	lag                              float64
-	revision, restoredID             string
-	generation                       int64
-	updateErr                        error
+	// hung: the site accepts and never answers; every call that touches
+	// it costs HangCost (bounded by the caller's context), then fails.
+	hung                 bool
+	lag                  float64
+	revision, restoredID string
+	generation           int64
+	updateErr            error
 }
 
 // Driver is a simulated data plane keyed by namespace/group/site.
@@ -26,13 +30,22 @@ type Driver struct {
 	// (the playground's simulated sites).
 	AutoSeed bool
 
+	// HangCost is what a call to a hung site costs before it fails: the
+	// simulation of a paused MariaDB, whose dial succeeds and whose queries
+	// answer nothing until the caller's deadline. Default
+	// topology.ProbeTimeout.
+	HangCost time.Duration
+
 	mu    sync.Mutex
 	sites map[string]*site
 	// Calls records every action, for assertions ("promote iad 2").
 	Calls []string
 }
 
-var _ topology.Driver = (*Driver)(nil)
+var (
+	_ topology.Driver     = (*Driver)(nil)
+	_ topology.SiteProber = (*Driver)(nil)
+)
 
 // New returns an empty simulated data plane.
 func New() *Driver { return &Driver{sites: map[string]*site{}} }
@@ -62,9 +75,39 @@ func (d *Driver) Kill(g *v1.MysqlFailoverGroup, name string) {
 	d.with(g, name, func(s *site) { s.reachable = false })
 }
 
-// Revive makes a site reachable again, as it was when killed.
+// Hang makes a site accept and never answer, as a paused (SIGSTOP) or
+// black-holed server does: every call that touches it waits HangCost, or
+// until its context ends, and then fails. Kill is the refused case: it
+// fails at once.
+func (d *Driver) Hang(g *v1.MysqlFailoverGroup, name string) {
+	d.with(g, name, func(s *site) { s.reachable, s.hung = false, true })
+}
+
+// Revive makes a site reachable again, as it was when killed or hung.
 func (d *Driver) Revive(g *v1.MysqlFailoverGroup, name string) {
-	d.with(g, name, func(s *site) { s.reachable = true })
+	d.with(g, name, func(s *site) { s.reachable, s.hung = true, false })
+}
+
+// hang waits what a call to a hung site costs.
+func (d *Driver) hang(ctx context.Context) {
+	cost := d.HangCost
+	if cost <= 0 {
+		cost = topology.ProbeTimeout
+	}
+	t := time.NewTimer(cost)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// isHung tells whether the site is hung.
+func (d *Driver) isHung(g *v1.MysqlFailoverGroup, name string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.sites[key(g, name)]
+	return ok && s.hung
 }
 
 // SetLag sets a site's replication lag.
@@ -72,8 +115,34 @@ func (d *Driver) SetLag(g *v1.MysqlFailoverGroup, name string, lag float64) {
 	d.with(g, name, func(s *site) { s.lag = lag })
 }
 
-// Probe reports the simulated sites.
-func (d *Driver) Probe(_ context.Context, g *v1.MysqlFailoverGroup) ([]topology.SiteState, error) {
+// Probe reports the simulated sites; hung sites are probed in parallel,
+// as the SQL driver does.
+func (d *Driver) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topology.SiteState, error) {
+	hung := false
+	for _, sp := range g.Spec.Sites {
+		hung = hung || d.isHung(g, sp.Name)
+	}
+	if hung {
+		d.hang(ctx)
+	}
+	return d.probe(g), nil
+}
+
+// ProbeSite reports one simulated site; a hung one costs HangCost.
+func (d *Driver) ProbeSite(ctx context.Context, g *v1.MysqlFailoverGroup, name string) (topology.SiteState, error) {
+	if d.isHung(g, name) {
+		d.hang(ctx)
+		return topology.SiteState{Name: name}, nil
+	}
+	for _, s := range d.probe(g) {
+		if s.Name == name {
+			return s, nil
+		}
+	}
+	return topology.SiteState{Name: name}, nil
+}
+
+func (d *Driver) probe(g *v1.MysqlFailoverGroup) []topology.SiteState {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.AutoSeed && len(g.Spec.Sites) > 0 {
@@ -92,7 +161,7 @@ func (d *Driver) Probe(_ context.Context, g *v1.MysqlFailoverGroup) ([]topology.
 		}
 		out = append(out, st)
 	}
-	return out, nil
+	return out
 }
 
 func (d *Driver) anyWritable(g *v1.MysqlFailoverGroup) bool {
@@ -106,8 +175,18 @@ func (d *Driver) anyWritable(g *v1.MysqlFailoverGroup) bool {
 
 // Promote makes target writable and every other reachable site a replica.
 // A planned promotion first fences every other site, and fails on one that
-// is unreachable (FenceOthers).
-func (d *Driver) Promote(_ context.Context, g *v1.MysqlFailoverGroup, target string, generation int64, planned bool) error {
+// is unreachable (FenceOthers). An emergency promotion tries every other
+// site, and a hung one costs HangCost, unless the context skips it
+// (topology.WithSkipped).
+func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target string, generation int64, planned bool) error {
+	for _, sp := range g.Spec.Sites {
+		if sp.Name == target || !d.isHung(g, sp.Name) || (!planned && topology.Skipped(ctx, sp.Name)) {
+			continue
+		}
+		if d.hang(ctx); planned {
+			return &topology.UnreachableError{Site: sp.Name, Err: fmt.Errorf("simulated site hung")}
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	t, ok := d.sites[key(g, target)]
@@ -132,7 +211,10 @@ func (d *Driver) Promote(_ context.Context, g *v1.MysqlFailoverGroup, target str
 }
 
 // act applies f to a reachable site and records call.
-func (d *Driver) act(g *v1.MysqlFailoverGroup, name, call string, f func(*site) error) error {
+func (d *Driver) act(ctx context.Context, g *v1.MysqlFailoverGroup, name, call string, f func(*site) error) error {
+	if d.isHung(g, name) {
+		d.hang(ctx)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s, ok := d.sites[key(g, name)]
@@ -147,14 +229,20 @@ func (d *Driver) act(g *v1.MysqlFailoverGroup, name, call string, f func(*site) 
 }
 
 // Fence makes a site read-only.
-func (d *Driver) Fence(_ context.Context, g *v1.MysqlFailoverGroup, name string) error {
-	return d.act(g, name, "fence "+name, func(s *site) error { s.writable = false; return nil })
+func (d *Driver) Fence(ctx context.Context, g *v1.MysqlFailoverGroup, name string) error {
+	return d.act(ctx, g, name, "fence "+name, func(s *site) error { s.writable = false; return nil })
 }
 
 // FenceOthers fences every site but target, failing with an
 // *topology.UnreachableError for the first one that is unreachable (or
 // unknown); target must be reachable too.
-func (d *Driver) FenceOthers(_ context.Context, g *v1.MysqlFailoverGroup, target string) error {
+func (d *Driver) FenceOthers(ctx context.Context, g *v1.MysqlFailoverGroup, target string) error {
+	for _, sp := range g.Spec.Sites {
+		if d.isHung(g, sp.Name) {
+			d.hang(ctx)
+			return &topology.UnreachableError{Site: sp.Name, Err: fmt.Errorf("simulated site hung")}
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.fenceOthers(g, target); err != nil {
@@ -189,8 +277,8 @@ func (d *Driver) FailUpdates(g *v1.MysqlFailoverGroup, name string, err error) {
 }
 
 // UpdateSite records the revision.
-func (d *Driver) UpdateSite(_ context.Context, g *v1.MysqlFailoverGroup, name, revision string) error {
-	return d.act(g, name, "update "+name+" "+revision, func(s *site) error {
+func (d *Driver) UpdateSite(ctx context.Context, g *v1.MysqlFailoverGroup, name, revision string) error {
+	return d.act(ctx, g, name, "update "+name+" "+revision, func(s *site) error {
 		if s.updateErr != nil {
 			return s.updateErr
 		}
@@ -200,8 +288,8 @@ func (d *Driver) UpdateSite(_ context.Context, g *v1.MysqlFailoverGroup, name, r
 }
 
 // RestoreSite records the restore.
-func (d *Driver) RestoreSite(_ context.Context, g *v1.MysqlFailoverGroup, name, id string) error {
-	return d.act(g, name, "restore "+name+" "+id, func(s *site) error { s.restoredID = id; return nil })
+func (d *Driver) RestoreSite(ctx context.Context, g *v1.MysqlFailoverGroup, name, id string) error {
+	return d.act(ctx, g, name, "restore "+name+" "+id, func(s *site) error { s.restoredID = id; return nil })
 }
 
 // Generation is the generation last written to a site by Promote.
@@ -215,8 +303,8 @@ func (d *Driver) Generation(g *v1.MysqlFailoverGroup, name string) int64 {
 }
 
 // Rejoin makes a fenced site replicate from primary.
-func (d *Driver) Rejoin(_ context.Context, g *v1.MysqlFailoverGroup, name, primary string) error {
-	return d.act(g, name, "rejoin "+name+" "+primary, func(s *site) error {
+func (d *Driver) Rejoin(ctx context.Context, g *v1.MysqlFailoverGroup, name, primary string) error {
+	return d.act(ctx, g, name, "rejoin "+name+" "+primary, func(s *site) error {
 		if s.writable {
 			return fmt.Errorf("rejoin %s: site not fenced", name)
 		}

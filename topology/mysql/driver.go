@@ -26,17 +26,38 @@ type Credentials func(ctx context.Context, g *v1.MysqlFailoverGroup) (user, pass
 // Driver is the SQL topology driver.
 type Driver struct {
 	Credentials Credentials
+	// CredentialsRejected, when set, is told that a site refused the
+	// group's account (error 1045): a cache of Credentials reads them
+	// afresh on the next call.
+	CredentialsRejected func(g *v1.MysqlFailoverGroup)
 	// WaitTimeout bounds GTID waits during promotion; default 30 s.
 	WaitTimeout time.Duration
 
-	mu  sync.Mutex
-	dbs map[string]*sql.DB
+	mu sync.Mutex
+	// dbs are the connection pools, one per group (UID) and address: two
+	// groups that name the same host never share a pool, nor an account.
+	dbs map[poolKey]*pool
 }
 
-var _ topology.Driver = (*Driver)(nil)
+type poolKey struct {
+	uid  string
+	addr string
+}
+
+type pool struct {
+	dsn string
+	db  *sql.DB
+	// d is the server's dialect, read once per pool.
+	d *dialect
+}
+
+var (
+	_ topology.Driver     = (*Driver)(nil)
+	_ topology.SiteProber = (*Driver)(nil)
+)
 
 // New returns a driver that reads credentials with creds.
-func New(creds Credentials) *Driver { return &Driver{Credentials: creds, dbs: map[string]*sql.DB{}} }
+func New(creds Credentials) *Driver { return &Driver{Credentials: creds, dbs: map[poolKey]*pool{}} }
 
 type site struct {
 	name string
@@ -68,27 +89,54 @@ func (d *Driver) open(ctx context.Context, g *v1.MysqlFailoverGroup, s v1.Site) 
 	cfg.Addr = fmt.Sprintf("%s:%d", s.Host, port)
 	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = 2*time.Second, 10*time.Second, 10*time.Second
 	dsn := cfg.FormatDSN()
+	k := poolKey{uid: string(g.UID), addr: cfg.Addr}
 	d.mu.Lock()
-	db, ok := d.dbs[dsn]
+	if d.dbs == nil {
+		d.dbs = map[poolKey]*pool{}
+	}
+	p, ok := d.dbs[k]
+	if ok && p.dsn != dsn { // the account changed: a new pool
+		p.db.Close()
+		ok = false
+	}
 	if !ok {
-		if db, err = sql.Open("mysql", dsn); err != nil {
+		db, err := sql.Open("mysql", dsn)
+		if err != nil {
 			d.mu.Unlock()
 			return nil, err
 		}
 		db.SetMaxOpenConns(4)
 		db.SetConnMaxIdleTime(30 * time.Second)
-		d.dbs[dsn] = db
+		p = &pool{dsn: dsn, db: db}
+		d.dbs[k] = p
 	}
+	dl := p.d
 	d.mu.Unlock()
-	st := &site{name: s.Name, host: s.Host, port: port, db: db}
+	st := &site{name: s.Name, host: s.Host, port: port, db: p.db}
+	if dl != nil {
+		st.d = *dl
+		return st, nil
+	}
 	var version string
 	qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if err := db.QueryRowContext(qctx, "SELECT VERSION()").Scan(&version); err != nil {
+	if err := p.db.QueryRowContext(qctx, "SELECT VERSION()").Scan(&version); err != nil {
+		d.rejected(g, err)
 		return nil, fmt.Errorf("site %s: %w", s.Name, err)
 	}
 	st.d = dialectFor(version)
+	d.mu.Lock()
+	p.d = &st.d
+	d.mu.Unlock()
 	return st, nil
+}
+
+// rejected tells CredentialsRejected about an access-denied answer.
+func (d *Driver) rejected(g *v1.MysqlFailoverGroup, err error) {
+	var me *gomysql.MySQLError
+	if d.CredentialsRejected != nil && errors.As(err, &me) && me.Number == 1045 {
+		d.CredentialsRejected(g)
+	}
 }
 
 func siteSpec(g *v1.MysqlFailoverGroup, name string) (v1.Site, error) {
@@ -156,23 +204,49 @@ func (s *site) probe(ctx context.Context) (topology.SiteState, string, error) {
 	return st, gtid, nil
 }
 
-// Probe observes every site; an unreachable site is reported, not an error.
+// Probe observes every site at once, each bounded by topology.ProbeTimeout;
+// an unreachable site is reported, not an error.
 func (d *Driver) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topology.SiteState, error) {
-	out := make([]topology.SiteState, 0, len(g.Spec.Sites))
-	for _, sp := range g.Spec.Sites {
-		st := topology.SiteState{Name: sp.Name}
-		if sp.Host != "" {
-			if s, err := d.open(ctx, g, sp); err == nil {
-				pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				if got, _, err := s.probe(pctx); err == nil {
-					st = got
-				}
-				cancel()
-			}
-		}
-		out = append(out, st)
+	out := make([]topology.SiteState, len(g.Spec.Sites))
+	var wg sync.WaitGroup
+	for i, sp := range g.Spec.Sites {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = d.probeSite(ctx, g, sp)
+		}()
 	}
+	wg.Wait()
 	return out, nil
+}
+
+// ProbeSite observes one site, bounded by topology.ProbeTimeout.
+func (d *Driver) ProbeSite(ctx context.Context, g *v1.MysqlFailoverGroup, name string) (topology.SiteState, error) {
+	for _, sp := range g.Spec.Sites {
+		if sp.Name == name {
+			return d.probeSite(ctx, g, sp), nil
+		}
+	}
+	return topology.SiteState{Name: name}, nil
+}
+
+func (d *Driver) probeSite(ctx context.Context, g *v1.MysqlFailoverGroup, sp v1.Site) topology.SiteState {
+	st := topology.SiteState{Name: sp.Name}
+	if sp.Host == "" {
+		return st
+	}
+	ctx, cancel := context.WithTimeout(ctx, topology.ProbeTimeout)
+	defer cancel()
+	s, err := d.open(ctx, g, sp)
+	if err != nil {
+		return st
+	}
+	got, _, err := s.probe(ctx)
+	if err != nil {
+		d.rejected(g, err)
+		return st
+	}
+	return got
 }
 
 // GTIDs returns each reachable site's executed GTID set.
@@ -226,12 +300,21 @@ func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target s
 		return err
 	}
 	// The other reachable sites, to point at the new primary.
+	// An emergency promotion does not dial a site the prober has just seen
+	// dead (topology.WithSkipped): the controller rejoins it when it
+	// answers again. A planned one skips nothing (FenceOthers below).
 	var others []*site
 	for _, sp := range g.Spec.Sites {
-		if sp.Name == target || sp.Host == "" {
+		if sp.Name == target || sp.Host == "" || (!planned && topology.Skipped(ctx, sp.Name)) {
 			continue
 		}
-		if s, err := d.open(ctx, g, sp); err == nil {
+		octx, cancel := context.WithTimeout(ctx, topology.ProbeTimeout)
+		s, err := d.open(octx, g, sp)
+		if err == nil {
+			err = s.db.PingContext(octx) // the pool's dialect is cached: is it there now?
+		}
+		cancel()
+		if err == nil {
 			others = append(others, s)
 		}
 	}
@@ -471,8 +554,8 @@ func (d *Driver) RestoreSite(ctx context.Context, g *v1.MysqlFailoverGroup, name
 func (d *Driver) Close() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for k, db := range d.dbs {
-		db.Close()
+	for k, p := range d.dbs {
+		p.db.Close()
 		delete(d.dbs, k)
 	}
 }

@@ -1,0 +1,25 @@
+// Package prober watches the data plane of every group the controller
+// reconciles, one endpoint (a site of one group) at a time, so that a site
+// that hangs costs only its own probes and never a controller worker.
+//
+// Guarantees:
+//   - every probe is bounded by topology.ProbeTimeout, and at most Parallel
+//     probes are in flight; one background probe per endpoint at a time;
+//   - the active site of every tracked group, and every site last seen
+//     dead, is probed in the background every Interval; a change of
+//     reachability (the primary lost, a lost site answering again) is handed
+//     to Notify, which the controller turns into an immediate, high-priority
+//     reconcile of that group;
+//   - Probe, the reconcile's one probe, probes every site at once, and
+//     reports unreachable, without dialing, only a site the prober saw dead
+//     within Interval + ProbeTimeout. It never reports a site reachable
+//     from memory: a reachable answer is always this probe's own.
+//   - endpoints are keyed by group UID and site: two groups that name the
+//     same host share nothing.
+//
+// Not guaranteed: that a site reported unreachable is dead (the controller
+// waits the detection budget before an emergency promotion, and fences a
+// returning primary first), nor that a change is noticed faster than
+// Interval plus the probe's own time. The planned path does not use Dead:
+// it fences and confirms every site itself and skips none.
+package prober

@@ -1,0 +1,297 @@
+package prober
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/topology"
+)
+
+// Defaults of the prober.
+const (
+	// DefaultInterval is how often a watched endpoint (an active site, or a
+	// site last seen dead) is probed in the background.
+	DefaultInterval = time.Second
+	// DefaultParallel bounds the probes in flight at once. A hung site holds
+	// its slot for topology.ProbeTimeout, so a lost site of N groups is
+	// seen in about ceil(N/DefaultParallel) × ProbeTimeout.
+	DefaultParallel = 2048
+)
+
+// Prober probes the sites of every tracked group, each endpoint on its own,
+// and remembers what it saw. See the package documentation.
+type Prober struct {
+	// Driver probes one site (topology.SiteProber); a driver without
+	// ProbeSite is probed a whole group at a time.
+	Driver topology.Driver
+	Clock  clock.WithTicker
+	// Interval between two background probes of one watched endpoint;
+	// DefaultInterval when zero.
+	Interval time.Duration
+	// Parallel bounds the probes in flight; DefaultParallel when zero.
+	Parallel int
+	// Notify is told when a watched endpoint changes reachability: an
+	// active site lost, a lost site answering again. The controller
+	// reconciles that group at once, ahead of routine work. It is called
+	// from a probe's goroutine, never under the prober's lock.
+	Notify func(group types.NamespacedName)
+
+	once sync.Once
+	sem  chan struct{}
+	mu   sync.Mutex
+	eps  map[key]*endpoint
+}
+
+// key names an endpoint: a site of one group (by UID), at one address.
+// Two groups that name the same host have two endpoints.
+type key struct {
+	uid  types.UID
+	site string
+}
+
+type endpoint struct {
+	group  types.NamespacedName
+	spec   v1.Site
+	g      *v1.MysqlFailoverGroup // the latest copy tracked, for the driver
+	active bool
+	// state is the last probe's result; seenAt when it finished (zero:
+	// never probed).
+	state  topology.SiteState
+	seenAt time.Time
+	// deadSince is when the endpoint was first seen unreachable in the
+	// current run of failures; zero while it answers.
+	deadSince time.Time
+	inFlight  bool
+}
+
+func (p *Prober) init() {
+	p.once.Do(func() {
+		if p.Parallel <= 0 {
+			p.Parallel = DefaultParallel
+		}
+		if p.Interval <= 0 {
+			p.Interval = DefaultInterval
+		}
+		p.sem = make(chan struct{}, p.Parallel)
+		p.eps = map[key]*endpoint{}
+	})
+}
+
+// Track records g's sites and its active site. The controller calls it on
+// every reconcile with the group it just read.
+func (p *Prober) Track(g *v1.MysqlFailoverGroup) {
+	p.init()
+	gc := g.DeepCopy()
+	nn := types.NamespacedName{Namespace: g.Namespace, Name: g.Name}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	inSpec := map[string]bool{}
+	for _, s := range g.Spec.Sites {
+		inSpec[s.Name] = true
+		k := key{g.UID, s.Name}
+		ep := p.eps[k]
+		if ep == nil || ep.spec != s {
+			ep = &endpoint{spec: s} // a new address starts unknown
+			p.eps[k] = ep
+		}
+		ep.group, ep.g, ep.active = nn, gc, s.Name == g.Status.ActiveSite
+	}
+	for k := range p.eps {
+		if k.uid == g.UID && !inSpec[k.site] {
+			delete(p.eps, k)
+		}
+	}
+}
+
+// Forget drops every endpoint of the group (a deleted group, or one this
+// replica no longer reconciles).
+func (p *Prober) Forget(group types.NamespacedName) {
+	p.init()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, ep := range p.eps {
+		if ep.group == group {
+			delete(p.eps, k)
+		}
+	}
+}
+
+// Endpoints counts the tracked endpoints.
+func (p *Prober) Endpoints() int {
+	p.init()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.eps)
+}
+
+// freshDead is how long a failed probe lets a reconcile skip the endpoint:
+// the background prober probes a dead endpoint again every Interval, so a
+// result younger than this is at most one background probe old.
+func (p *Prober) freshDead() time.Duration { return p.Interval + topology.ProbeTimeout }
+
+// Probe is the reconcile's one probe of g: every site at once, each bounded
+// by topology.ProbeTimeout. A site the prober saw dead within the last
+// Interval + ProbeTimeout is reported unreachable without dialing it (it is
+// probed in the background meanwhile, and its return wakes the group); all
+// others are probed now. Sites come back in spec order.
+func (p *Prober) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topology.SiteState, error) {
+	p.Track(g)
+	out := make([]topology.SiteState, len(g.Spec.Sites))
+	now := p.Clock.Now()
+	var wg sync.WaitGroup
+	for i, s := range g.Spec.Sites {
+		k := key{g.UID, s.Name}
+		p.mu.Lock()
+		ep := p.eps[k]
+		skip := ep != nil && !ep.deadSince.IsZero() && now.Sub(ep.seenAt) < p.freshDead()
+		p.mu.Unlock()
+		if skip {
+			out[i] = topology.SiteState{Name: s.Name}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = p.probeSite(ctx, g, s.Name)
+			p.record(k, out[i], false)
+		}()
+	}
+	wg.Wait()
+	return out, ctx.Err()
+}
+
+// Dead lists the sites of g the prober last saw unreachable.
+func (p *Prober) Dead(g *v1.MysqlFailoverGroup) []string {
+	p.init()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, s := range g.Spec.Sites {
+		if ep := p.eps[key{g.UID, s.Name}]; ep != nil && !ep.deadSince.IsZero() {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
+// probeSite probes one site, bounded by topology.ProbeTimeout.
+func (p *Prober) probeSite(ctx context.Context, g *v1.MysqlFailoverGroup, site string) topology.SiteState {
+	ctx, cancel := context.WithTimeout(ctx, topology.ProbeTimeout)
+	defer cancel()
+	if sp, ok := p.Driver.(topology.SiteProber); ok {
+		st, err := sp.ProbeSite(ctx, g, site)
+		if err != nil {
+			return topology.SiteState{Name: site}
+		}
+		return st
+	}
+	sites, err := p.Driver.Probe(ctx, g)
+	if err == nil {
+		for _, s := range sites {
+			if s.Name == site {
+				return s
+			}
+		}
+	}
+	return topology.SiteState{Name: site}
+}
+
+// record stores a result and reports whether the endpoint's reachability
+// changed; notify, when set, tells Notify about a change of a watched
+// endpoint.
+func (p *Prober) record(k key, st topology.SiteState, notify bool) {
+	now := p.Clock.Now()
+	p.mu.Lock()
+	ep := p.eps[k]
+	if ep == nil { // forgotten meanwhile
+		p.mu.Unlock()
+		return
+	}
+	was := ep.state.Reachable && !ep.seenAt.IsZero()
+	wasDead := !ep.deadSince.IsZero()
+	ep.state, ep.seenAt = st, now
+	switch {
+	case !st.Reachable && ep.deadSince.IsZero():
+		ep.deadSince = now
+	case st.Reachable:
+		ep.deadSince = time.Time{}
+	}
+	changed := (was && !st.Reachable) || (wasDead && st.Reachable)
+	group := ep.group
+	p.mu.Unlock()
+	if notify && changed && p.Notify != nil {
+		p.Notify(group)
+	}
+}
+
+// watched tells whether the background loop probes ep: the active site of
+// its group, and any site last seen dead (so its return is noticed).
+func (ep *endpoint) watched() bool { return ep.active || !ep.deadSince.IsZero() }
+
+// Start probes every watched endpoint each Interval until ctx ends; one
+// probe per endpoint is in flight at a time. It is a manager.Runnable.
+func (p *Prober) Start(ctx context.Context) error {
+	p.init()
+	t := p.Clock.NewTicker(p.Interval)
+	defer t.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+		}
+		p.mu.Lock()
+		var due []key
+		for k, ep := range p.eps {
+			if ep.watched() && !ep.inFlight {
+				ep.inFlight = true
+				due = append(due, k)
+			}
+		}
+		p.mu.Unlock()
+		for _, k := range due {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.background(ctx, k)
+			}()
+		}
+	}
+}
+
+// NeedLeaderElection: only the leader, whose controller acts, probes.
+func (p *Prober) NeedLeaderElection() bool { return true }
+
+func (p *Prober) background(ctx context.Context, k key) {
+	defer func() {
+		p.mu.Lock()
+		if ep := p.eps[k]; ep != nil {
+			ep.inFlight = false
+		}
+		p.mu.Unlock()
+	}()
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-p.sem }()
+	p.mu.Lock()
+	ep := p.eps[k]
+	var g *v1.MysqlFailoverGroup
+	if ep != nil {
+		g = ep.g
+	}
+	p.mu.Unlock()
+	if g == nil {
+		return
+	}
+	p.record(k, p.probeSite(ctx, g, k.site), true)
+}
