@@ -173,7 +173,7 @@ BENCH_OUT   ?= $(ROOT)/bench.json
 
 .PHONY: bench
 bench: $(KUBE_APISERVER) $(ETCD) ## Measure renewals against the floor and client-go (BENCH_QUICK=1: under 3 min); table on stdout, JSON in BENCH_OUT.
-	BLOODRAVEN_BENCH=1 BENCH_QUICK=$(BENCH_QUICK) BENCH_OUT=$(BENCH_OUT) $(GO) test ./bench -run '^TestLoad$$' -count=1 -timeout 30m -v
+	BLOODRAVEN_BENCH=1 BENCH_QUICK=$(BENCH_QUICK) BENCH_OUT=$(BENCH_OUT) $(GO) test ./bench -run '^(TestLoad|TestSiteLoss)$$' -count=1 -timeout 30m -v
 
 .PHONY: fuzz
 fuzz: ## Fuzz the request decoders and the client's answer decoder for FUZZTIME each (default 10s).

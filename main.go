@@ -39,6 +39,7 @@ import (
 	"github.com/shipstream/bloodraven/topology"
 	"github.com/shipstream/bloodraven/topology/memory"
 	mysqldriver "github.com/shipstream/bloodraven/topology/mysql"
+	"github.com/shipstream/bloodraven/topology/prober"
 	bloodravenwebhook "github.com/shipstream/bloodraven/webhook"
 )
 
@@ -294,7 +295,7 @@ func addDeployAPI(mgr ctrl.Manager, tlsServer *server.TLSServer, cfg *rest.Confi
 
 // addGroupController registers the MysqlFailoverGroup controller (leader
 // only) with the configured topology driver.
-func addGroupController(mgr ctrl.Manager, opts options, store *leasestore.Store, clk clock.PassiveClock) error {
+func addGroupController(mgr ctrl.Manager, opts options, store *leasestore.Store, clk clock.WithTicker) error {
 	var drv topology.Driver = topology.None{}
 	switch opts.topologyDriver {
 	case "simulated":
@@ -302,7 +303,7 @@ func addGroupController(mgr ctrl.Manager, opts options, store *leasestore.Store,
 		sim.AutoSeed = true
 		drv = sim
 	case "mysql":
-		drv = mysqldriver.New(secretCredentials(mgr.GetAPIReader()))
+		drv = mysqldriver.NewCached(secretCredentials(mgr.GetAPIReader()), clk)
 	}
 	m, err := controllers.NewMetrics(ctrlmetrics.Registry, clk)
 	if err != nil {
@@ -312,6 +313,8 @@ func addGroupController(mgr ctrl.Manager, opts options, store *leasestore.Store,
 		Client: mgr.GetClient(), API: mgr.GetAPIReader(), Leases: store, Driver: drv, Clock: clk,
 		//lint:ignore SA1019 core/v1 Events: what docs/events.md, kubectl get events and the tests read
 		Recorder: mgr.GetEventRecorderFor("bloodraven"), Metrics: m, ProbeInterval: opts.probeInterval,
+		Prober:  &prober.Prober{Driver: drv, Clock: clk, Interval: opts.primaryProbeInterval},
+		Workers: opts.groupWorkers,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("group controller: %w", err)
@@ -324,7 +327,8 @@ func addGroupController(mgr ctrl.Manager, opts options, store *leasestore.Store,
 }
 
 // secretCredentials reads a group's MySQL account from the Secret named by
-// spec.credentialsSecretRef (keys username and password), uncached.
+// spec.credentialsSecretRef (keys username and password), by a GET of that
+// Secret; the driver keeps it for mysqldriver.DefaultCredentialTTL.
 func secretCredentials(api client.Reader) mysqldriver.Credentials {
 	return func(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
 		ref := g.Spec.CredentialsSecretRef

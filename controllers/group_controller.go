@@ -4,29 +4,36 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
 	"github.com/shipstream/bloodraven/topology"
+	"github.com/shipstream/bloodraven/topology/prober"
 )
 
 // Finalizer lets the controller delete the group's deployment leases and
@@ -44,6 +51,15 @@ const (
 	bookkeepingRetry = 5 * time.Second
 	// waitRetry is how soon a waiting operation looks again.
 	waitRetry = 5 * time.Second
+	// DefaultWorkers is how many groups are reconciled at once. A worker
+	// spends most of a reconcile waiting (the API server, the data plane),
+	// so it is sized by measurement, not by cores: see docs/design.md,
+	// "Fleet".
+	DefaultWorkers = 32
+	// PriorityUrgent is the queue priority of a group whose primary is lost,
+	// or whose primary is moving, or whose lost site answers again: it is
+	// reconciled ahead of every routine reconcile.
+	PriorityUrgent = 100
 )
 
 // GroupReconciler reconciles MysqlFailoverGroups.
@@ -59,6 +75,13 @@ type GroupReconciler struct {
 	Metrics        *Metrics
 	ProbeInterval  time.Duration
 	PromoteTimeout time.Duration
+	// Prober, when set, is the reconcile's probe (one per reconcile, sites
+	// in parallel, sites just seen dead not dialed) and watches every active
+	// site in the background; see package topology/prober. Nil: the driver
+	// probes.
+	Prober *prober.Prober
+	// Workers reconcile groups at once; DefaultWorkers when zero.
+	Workers int
 }
 
 // step is the outcome of one part of a reconcile: when to look again.
@@ -100,6 +123,9 @@ func (r *GroupReconciler) driver() topology.Driver {
 func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	g := &v1.MysqlFailoverGroup{}
 	if err := r.API.Get(ctx, req.NamespacedName, g); err != nil {
+		if apierrors.IsNotFound(err) && r.Prober != nil {
+			r.Prober.Forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	deleting := !g.DeletionTimestamp.IsZero()
@@ -117,7 +143,7 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	st.after(r.probeInterval())
 
 	// 1. Safety paths.
-	sites, err := r.driver().Probe(ctx, g)
+	sites, err := r.probe(ctx, g)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("probe: %w", err)
 	}
@@ -127,25 +153,31 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if deleting {
 		err = errors.Join(err, r.finalize(ctx, g))
 	} else {
-		r.reconcileLeases(ctx, g, &st)
+		r.reconcileLeases(ctx, g, &st, false)
 	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if acted { // the data plane changed: probe again before anything else
 		//lint:ignore SA1019 Requeue (with the rate limiter's backoff) is "probe again now"; no fixed RequeueAfter fits
-		return ctrl.Result{Requeue: true}, nil
+		return ctrl.Result{Requeue: true, Priority: urgency(g, sites)}, nil
 	}
 	// 3. Planned operations.
 	if !deleting {
+		before := g.Status.DeepCopy()
 		if err := r.reconcileOperations(ctx, g, sites, &st); err != nil {
 			return ctrl.Result{}, err
 		}
+		// An operation that acted on the data plane changed its status: the
+		// observation needs a probe of its own. Otherwise the one probe of
+		// this reconcile stands.
+		if !equality.Semantic.DeepEqual(before, &g.Status) {
+			if sites, err = r.probe(ctx, g); err != nil {
+				return ctrl.Result{}, fmt.Errorf("probe: %w", err)
+			}
+		}
 	}
 	// 4. Observation.
-	if sites, err = r.driver().Probe(ctx, g); err != nil {
-		return ctrl.Result{}, fmt.Errorf("probe: %w", err)
-	}
 	r.observe(g, sites)
 	if st.degraded != "" {
 		g.Status.Health.DegradedReason = st.degraded
@@ -162,7 +194,31 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if !deleting {
 		r.Metrics.observeGroup(g)
 	}
-	return ctrl.Result{RequeueAfter: st.requeueAfter}, nil
+	return ctrl.Result{RequeueAfter: st.requeueAfter, Priority: urgency(g, sites)}, nil
+}
+
+// probe is the reconcile's probe: the prober's when there is one.
+func (r *GroupReconciler) probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topology.SiteState, error) {
+	if r.Prober != nil {
+		return r.Prober.Probe(ctx, g)
+	}
+	return r.driver().Probe(ctx, g)
+}
+
+// urgency is the queue priority of the group's next reconcile: urgent while
+// its primary is lost or unreachable, or a transition is under way; routine
+// (0) otherwise, which also ends an urgency the queue remembered.
+func urgency(g *v1.MysqlFailoverGroup, sites []topology.SiteState) *int {
+	p := 0
+	if g.Status.PrimaryLostAt != nil || g.Status.Transition != nil {
+		p = PriorityUrgent
+	}
+	for _, s := range sites {
+		if s.Name == g.Status.ActiveSite && !s.Reachable {
+			p = PriorityUrgent
+		}
+	}
+	return &p
 }
 
 func (r *GroupReconciler) probeInterval() time.Duration {
@@ -236,17 +292,82 @@ func (r *GroupReconciler) finalize(ctx context.Context, g *v1.MysqlFailoverGroup
 		return fmt.Errorf("remove finalizer: %w", err)
 	}
 	r.Metrics.forget(g)
+	if r.Prober != nil {
+		r.Prober.Forget(client.ObjectKeyFromObject(g))
+	}
 	return nil
 }
 
-// SetupWithManager registers the controller: groups, and the deployment
-// Leases they own, filtered to changes that matter to admission.
+// SetupWithManager registers the controller: groups (but not their
+// status-only updates, the controller's own writes), the deployment Leases
+// they own, filtered to changes that matter to admission, and, with a
+// Prober, the prober's news, queued ahead of routine reconciles. The prober
+// runs under the manager, on the leader only.
 func (r *GroupReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1.MysqlFailoverGroup{}).
+	workers := r.Workers
+	if workers <= 0 {
+		workers = DefaultWorkers
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
+		For(&v1.MysqlFailoverGroup{}, builder.WithPredicates(notStatusOnly())).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(leaseOwner),
 			builder.WithPredicates(leaseDecisionChanged())).
-		Complete(r)
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers})
+	if r.Prober != nil {
+		var mu sync.Mutex
+		var queue workqueue.TypedRateLimitingInterface[reconcile.Request]
+		r.Prober.Notify = func(nn types.NamespacedName) {
+			mu.Lock()
+			q := queue
+			mu.Unlock()
+			if q != nil {
+				enqueueUrgent(q, reconcile.Request{NamespacedName: nn})
+			}
+		}
+		b = b.WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			mu.Lock()
+			queue = q
+			mu.Unlock()
+			return nil
+		}))
+		if err := mgr.Add(r.Prober); err != nil {
+			return fmt.Errorf("prober: %w", err)
+		}
+	}
+	return b.Complete(r)
+}
+
+// enqueueUrgent queues req ahead of routine reconciles.
+func enqueueUrgent(q workqueue.TypedRateLimitingInterface[reconcile.Request], req reconcile.Request) {
+	if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+		p := PriorityUrgent
+		pq.AddWithOpts(priorityqueue.AddOpts{Priority: &p}, req)
+		return
+	}
+	q.Add(req)
+}
+
+// notStatusOnly drops group updates that change nothing but the status and
+// the resourceVersion: the controller's own status writes, which would
+// otherwise queue the group again behind everyone else. A change of spec
+// (generation), labels, annotations (the revoke annotation), finalizers or
+// the deletion timestamp passes. The controller requeues every group at
+// least every probe interval, so a status written by someone else is read
+// within one.
+func notStatusOnly() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld, e.ObjectNew
+			if o == nil || n == nil {
+				return true
+			}
+			return o.GetGeneration() != n.GetGeneration() ||
+				!equality.Semantic.DeepEqual(o.GetLabels(), n.GetLabels()) ||
+				!equality.Semantic.DeepEqual(o.GetAnnotations(), n.GetAnnotations()) ||
+				!equality.Semantic.DeepEqual(o.GetFinalizers(), n.GetFinalizers()) ||
+				!equality.Semantic.DeepEqual(o.GetDeletionTimestamp(), n.GetDeletionTimestamp())
+		},
+	}
 }
 
 // leaseOwner maps a deployment Lease to its group.

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
 )
@@ -23,8 +24,12 @@ import (
 // never stops the safety paths, which ran before it and read no lease. The
 // fence does not depend on it: the deployment API compares every lease's
 // generation with the group's on every request.
-func (r *GroupReconciler) reconcileLeases(ctx context.Context, g *v1.MysqlFailoverGroup, st *step) {
-	if err := r.bookkeep(ctx, g); err != nil {
+//
+// fresh reads the leases from the API server at once (promote, right after
+// the generation moved, when the cache may not hold a lease granted just
+// before); otherwise the cache proposes and a fresh read confirms.
+func (r *GroupReconciler) reconcileLeases(ctx context.Context, g *v1.MysqlFailoverGroup, st *step, fresh bool) {
+	if err := r.bookkeep(ctx, g, fresh); err != nil {
 		log.FromContext(ctx).Error(err, "lease bookkeeping failed; the fence still holds, retrying",
 			"retryAfter", bookkeepingRetry.String(), "topologyGeneration", g.Status.TopologyGeneration)
 		if r.Metrics != nil {
@@ -36,16 +41,31 @@ func (r *GroupReconciler) reconcileLeases(ctx context.Context, g *v1.MysqlFailov
 	}
 }
 
-func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup) error {
-	objs, err := r.Leases.ListObjects(ctx, g.Namespace, g.Name, true)
+// bookkeep decides from the cache; only a decision that would write (a
+// revocation, an expiry, a foreign lease) is taken again from a fresh read,
+// and the writes carry the resourceVersions of that read. A routine pass
+// with nothing to do costs the API server nothing.
+func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup, fresh bool) error {
+	_, annotated := g.Annotations[v1.RevokeDeploymentLeasesAnnotation]
+	move := leasestore.MoveOf(g)
+	decide := func(fresh bool) (policy.Bookkeeping, map[*leases.Record]*leasestore.Object, error) {
+		objs, err := r.Leases.ListObjects(ctx, g.Namespace, g.Name, fresh)
+		if err != nil {
+			return policy.Bookkeeping{}, nil, err
+		}
+		recs, objOf := leasestore.Records(objs)
+		return policy.DecideBookkeeping(policy.BookkeepingInput{Now: r.Clock.Now(), GroupUID: string(g.UID),
+			Generation: move.Generation, MovedAt: move.At, RevokeAll: annotated, Leases: recs}), objOf, nil
+	}
+	d, objOf, err := decide(fresh)
 	if err != nil {
 		return err
 	}
-	recs, objOf := leasestore.Records(objs)
-	_, annotated := g.Annotations[v1.RevokeDeploymentLeasesAnnotation]
-	move := leasestore.MoveOf(g)
-	d := policy.DecideBookkeeping(policy.BookkeepingInput{Now: r.Clock.Now(), GroupUID: string(g.UID),
-		Generation: move.Generation, MovedAt: move.At, RevokeAll: annotated, Leases: recs})
+	if !fresh && (annotated || len(d.Revoke) > 0 || len(d.Expire) > 0 || len(d.Foreign) > 0) {
+		if d, objOf, err = decide(true); err != nil {
+			return err
+		}
+	}
 
 	var errs []error
 	if err := r.revoke(ctx, g, d.Revoke, d.Reason); err != nil {

@@ -40,6 +40,17 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 	}
 	d := policy.DecideTopology(in)
 	st.after(d.RequeueAfter)
+	// An emergency promotion (or bootstrap) does not dial the sites this
+	// reconcile's probe found unreachable: a hung one would hold the worker
+	// for its timeout. The driver rejoins them when they answer; a planned
+	// promotion ignores the hint and fences every site.
+	var dead []string
+	for _, s := range sites {
+		if !s.Reachable {
+			dead = append(dead, s.Name)
+		}
+	}
+	ctx = topology.WithSkipped(ctx, dead...)
 	switch d.Action {
 	case policy.ActionResume:
 		return true, r.promote(ctx, g, g.Status.Transition.Operation, d.Site)
@@ -142,7 +153,7 @@ func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup,
 	if completed != "" {
 		EventOperationCompleted.emit(r.Recorder, g, t.Operation, completed)
 	}
-	r.reconcileLeases(ctx, g, nil) // revoke what the new generation fenced
+	r.reconcileLeases(ctx, g, nil, true) // revoke what the new generation fenced
 	return nil
 }
 

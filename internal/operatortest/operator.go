@@ -30,6 +30,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -46,6 +47,7 @@ import (
 	"github.com/shipstream/bloodraven/pki"
 	"github.com/shipstream/bloodraven/testenv"
 	"github.com/shipstream/bloodraven/topology/memory"
+	"github.com/shipstream/bloodraven/topology/prober"
 )
 
 // Names of the scene.
@@ -72,6 +74,14 @@ type Options struct {
 	// IsLeader, when set, says whether the first replica's deployment API
 	// leads (default: always). See Replica for a second one.
 	IsLeader func() bool
+	// ProbeInterval of the controller; default 1 s.
+	ProbeInterval time.Duration
+	// Workers of the group controller; default controllers.DefaultWorkers.
+	Workers int
+	// QPS and Burst of the operator's client; default the operator's own
+	// defaults (500, 1000).
+	QPS   float32
+	Burst int
 }
 
 // Operator is a running in-process operator and its scene: one group with
@@ -132,7 +142,15 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 	}))
 	must(t, env.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ServiceAccount, Namespace: o.ClientNamespace}}))
 
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+	if opts.ProbeInterval == 0 {
+		opts.ProbeInterval = time.Second
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = 500, 1000
+	if opts.QPS > 0 {
+		cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: env.Scheme,
 		Cache: cache.Options{
 			DefaultNamespaces: map[string]cache.Config{o.Namespace: {}},
@@ -152,7 +170,8 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 	r := &controllers.GroupReconciler{
 		Client: mgr.GetClient(), API: mgr.GetAPIReader(), Leases: store, Driver: o.Driver, Clock: o.Clock,
 		//lint:ignore SA1019 core/v1 Events, as the operator's binary records them
-		Recorder: mgr.GetEventRecorderFor("bloodraven"), Metrics: m, ProbeInterval: time.Second,
+		Recorder: mgr.GetEventRecorderFor("bloodraven"), Metrics: m, ProbeInterval: opts.ProbeInterval,
+		Prober: &prober.Prober{Driver: o.Driver, Clock: skewed{d: opts.Skew}}, Workers: opts.Workers,
 	}
 	must(t, r.SetupWithManager(mgr))
 

@@ -1,0 +1,285 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/internal/operatortest"
+	"github.com/shipstream/bloodraven/topology"
+)
+
+// Fault modes of a lost site.
+const (
+	// faultHung: every server of the site accepts and never answers (a
+	// paused or black-holed MariaDB). Simulated: each call to it costs
+	// topology.ProbeTimeout, what the SQL driver's probe bound lets a hung
+	// server cost.
+	faultHung = "hung"
+	// faultRefused: connections are refused at once (a killed server).
+	faultRefused = "refused"
+)
+
+// SiteLossRow is one site loss: every group's primary lost at once.
+type SiteLossRow struct {
+	Groups int    `json:"groups"`
+	Fault  string `json:"fault"`
+	Driver string `json:"driver"`
+	// BudgetSeconds is the groups' failureDetectionSeconds.
+	BudgetSeconds float64 `json:"budgetSeconds"`
+	// First, Median and Last are seconds from the fault to each group's
+	// promotion (its new topologyGeneration) seen in status by a watch.
+	First  float64 `json:"firstSeconds"`
+	Median float64 `json:"medianSeconds"`
+	Last   float64 `json:"lastSeconds"`
+	// Promoted counts the groups promoted within the run's deadline.
+	Promoted int `json:"promoted"`
+	// APIRequestsPerFailover is the kube-apiserver's request count from
+	// the fault to the last promotion, every client included, per group.
+	APIRequestsPerFailover float64 `json:"apiRequestsPerFailover"`
+	// Target is the goal in seconds after the fault.
+	Target float64 `json:"targetSeconds"`
+}
+
+// siteLossTarget is the issue's goal for n groups: budget + 15 s up to
+// 1,000 groups, budget + 60 s beyond.
+func siteLossTarget(n int, budget float64) float64 {
+	if n <= 1000 {
+		return budget + 15
+	}
+	return budget + 60
+}
+
+// TestSiteLoss loses the primary site of N groups at once, hung and then
+// refused, for each N, against one control plane and one in-process
+// operator (its production defaults: probe interval 10 s, workers, prober),
+// and prints the table. It fails only when a figure could not be produced.
+func TestSiteLoss(t *testing.T) {
+	if env == nil {
+		t.Skip("the site-loss bench runs only with BLOODRAVEN_BENCH=1 (make bench); it starts a control plane")
+	}
+	sizes := []int{10, 100, 1000, 5000}
+	if os.Getenv("BENCH_QUICK") != "" {
+		sizes = []int{10, 100}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const budget = 5
+	o := operatortest.Start(t, env, operatortest.Options{Quiet: true, ProbeInterval: 10 * time.Second,
+		FailureDetectionSeconds: budget})
+	sl := &siteLoss{o: o, active: map[string]string{}}
+	var rows []SiteLossRow
+	for _, n := range sizes {
+		step(t, "site loss: %d groups", n)
+		if err := sl.grow(ctx, n, budget); err != nil {
+			t.Fatalf("create %d groups: %v", n, err)
+		}
+		for _, fault := range []string{faultHung, faultRefused} {
+			row, err := sl.lose(ctx, fault, 2*time.Duration(siteLossTarget(n, budget))*time.Second+time.Minute)
+			if err != nil {
+				t.Errorf("%d groups, %s: %v", n, fault, err)
+				continue
+			}
+			row.BudgetSeconds, row.Target = budget, siteLossTarget(n, budget)
+			rows = append(rows, row)
+			t.Logf("%d groups %s: first %.1f s, median %.1f s, last %.1f s", n, fault, row.First, row.Median, row.Last)
+			if err := sl.recover(ctx, 3*time.Minute); err != nil {
+				t.Fatalf("recover after %s: %v", fault, err)
+			}
+		}
+	}
+	table := siteLossTable(rows)
+	fmt.Println(table)
+	t.Log("\n" + table)
+}
+
+// siteLoss is the operator and its fleet of groups.
+type siteLoss struct {
+	o      *operatortest.Operator
+	groups []*v1.MysqlFailoverGroup
+	// active is each group's active site, by name.
+	mu     sync.Mutex
+	active map[string]string
+}
+
+func siteLossGroup(i int) string { return fmt.Sprintf("fleet-%05d", i) }
+
+// grow creates groups until there are n, seeds them (iad primary) and
+// waits for their bootstrap.
+func (s *siteLoss) grow(ctx context.Context, n int, budget int32) error {
+	from := len(s.groups)
+	fresh := make([]*v1.MysqlFailoverGroup, n-from)
+	err := parallel(n-from, 16, func(_, i int) error {
+		g := &v1.MysqlFailoverGroup{
+			ObjectMeta: metav1.ObjectMeta{Name: siteLossGroup(from + i), Namespace: s.o.Namespace},
+			Spec: v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}, {Name: "pdx"}},
+				FailureDetectionSeconds: budget},
+		}
+		s.o.Driver.Seed(g, "iad")
+		if err := env.Client.Create(ctx, g); err != nil {
+			return err
+		}
+		fresh[i] = g
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.groups = append(s.groups, fresh...)
+	return s.waitAll(ctx, 5*time.Minute, func(g *v1.MysqlFailoverGroup) bool {
+		return g.Status.TopologyGeneration >= 1 && g.Status.Transition == nil
+	})
+}
+
+// waitAll waits until every fleet group satisfies ok, and records their
+// active sites.
+func (s *siteLoss) waitAll(ctx context.Context, timeout time.Duration, ok func(*v1.MysqlFailoverGroup) bool) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var list v1.MysqlFailoverGroupList
+		if err := env.Client.List(ctx, &list, client.InNamespace(s.o.Namespace)); err != nil {
+			return err
+		}
+		byName := map[string]*v1.MysqlFailoverGroup{}
+		for i := range list.Items {
+			byName[list.Items[i].Name] = &list.Items[i]
+		}
+		behind, example := 0, ""
+		for i, g := range s.groups {
+			cur := byName[g.Name]
+			if cur == nil || !ok(cur) {
+				if behind++; example == "" && cur != nil {
+					example = fmt.Sprintf("%s: gen %d active %s health %+v", cur.Name, cur.Status.TopologyGeneration, cur.Status.ActiveSite, cur.Status.Health)
+				}
+				continue
+			}
+			s.groups[i] = cur
+			s.active[cur.Name] = cur.Status.ActiveSite
+		}
+		if behind == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d groups not ready after %s (%s)", behind, len(s.groups), timeout, example)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// lose takes every group's active site away at once (hung or refused) and
+// times each group's promotion, seen by a watch, until all are promoted or
+// timeout passes.
+func (s *siteLoss) lose(ctx context.Context, fault string, timeout time.Duration) (SiteLossRow, error) {
+	row := SiteLossRow{Groups: len(s.groups), Fault: fault, Driver: "simulated"}
+	before := map[string]int64{}
+	for _, g := range s.groups {
+		before[g.Name] = g.Status.TopologyGeneration
+	}
+	w, err := env.Client.(client.WithWatch).Watch(ctx, &v1.MysqlFailoverGroupList{}, client.InNamespace(s.o.Namespace))
+	if err != nil {
+		return row, err
+	}
+	defer w.Stop()
+	c0, err := scrape(ctx)
+	if err != nil {
+		return row, err
+	}
+	fault0 := time.Now()
+	for _, g := range s.groups {
+		if fault == faultHung {
+			s.o.Driver.Hang(g, s.active[g.Name])
+		} else {
+			s.o.Driver.Kill(g, s.active[g.Name])
+		}
+	}
+	promoted := map[string]time.Duration{}
+	deadline := time.After(timeout)
+	for len(promoted) < len(s.groups) {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return row, fmt.Errorf("watch ended after %d promotions", len(promoted))
+			}
+			if ev.Type != watch.Modified {
+				continue
+			}
+			g, ok := ev.Object.(*v1.MysqlFailoverGroup)
+			if !ok {
+				continue
+			}
+			if _, seen := promoted[g.Name]; !seen && g.Status.TopologyGeneration > before[g.Name] {
+				promoted[g.Name] = time.Since(fault0)
+			}
+		case <-deadline:
+			row.Promoted = len(promoted)
+			return row, fmt.Errorf("%d of %d groups promoted within %s", len(promoted), len(s.groups), timeout)
+		}
+	}
+	c1, err := scrape(ctx)
+	if err != nil {
+		return row, err
+	}
+	ds := make([]time.Duration, 0, len(promoted))
+	for _, d := range promoted {
+		ds = append(ds, d)
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	row.Promoted = len(ds)
+	row.First, row.Median, row.Last = ds[0].Seconds(), ds[len(ds)/2].Seconds(), ds[len(ds)-1].Seconds()
+	row.APIRequestsPerFailover = c1.sub(c0).Requests / float64(len(ds))
+	return row, nil
+}
+
+// recover revives every lost site and waits until every group is healthy
+// again: its new primary writable, the returned site fenced and
+// replicating.
+func (s *siteLoss) recover(ctx context.Context, timeout time.Duration) error {
+	for _, g := range s.groups {
+		for _, site := range g.Spec.Sites {
+			s.o.Driver.Revive(g, site.Name)
+		}
+	}
+	return s.waitAll(ctx, timeout, func(g *v1.MysqlFailoverGroup) bool {
+		return g.Status.Transition == nil && g.Status.Health.Ready && g.Status.Health.DegradedReason == "" && g.Status.Health.ReplicationRunning &&
+			s.replicaOK(g)
+	})
+}
+
+// replicaOK: every site but the active one replicates and is read-only.
+func (s *siteLoss) replicaOK(g *v1.MysqlFailoverGroup) bool {
+	for _, site := range g.Spec.Sites {
+		if site.Name != g.Status.ActiveSite && s.o.Driver.Writable(g, site.Name) {
+			return false
+		}
+	}
+	return true
+}
+
+func siteLossTable(rows []SiteLossRow) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "site loss: every group's primary lost at the same instant; seconds from the fault to each group's new topologyGeneration in status (a watch)\n")
+	fmt.Fprintf(&b, "hung = accepts and never answers (simulated: every call to it costs %s, the probe bound); refused = connections refused at once\n", topology.ProbeTimeout)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "groups\tfault\tdriver\tbudget s\tfirst s\tmedian s\tlast s\ttarget s\tmet\tapi req/failover\t")
+	for _, r := range rows {
+		met := "yes"
+		if r.Last > r.Target {
+			met = fmt.Sprintf("no (+%.1f s)", r.Last-r.Target)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%.0f\t%.1f\t%.1f\t%.1f\t%.0f\t%s\t%.1f\t\n",
+			r.Groups, r.Fault, r.Driver, r.BudgetSeconds, r.First, r.Median, r.Last, r.Target, met, r.APIRequestsPerFailover)
+	}
+	_ = tw.Flush()
+	return b.String()
+}

@@ -1,0 +1,272 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/e2e/e2etest"
+	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/mariadblocal"
+	"github.com/shipstream/bloodraven/testenv"
+	mysqldriver "github.com/shipstream/bloodraven/topology/mysql"
+	"github.com/shipstream/bloodraven/topology/prober"
+)
+
+// pair is one group's two real servers.
+type pair struct {
+	iad, pdx *mariadblocal.Server
+}
+
+// startPairs starts n pairs of MariaDB servers, pdx replicating from iad,
+// a few at a time.
+func startPairs(t *testing.T, n int) []pair {
+	t.Helper()
+	if err := mariadblocal.Available(); err != nil {
+		t.Fatal(err) // CI installs it; a missing server is a failure, not a skip
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	pairs := make([]pair, n)
+	errs := make([]error, n)
+	sem := make(chan struct{}, 4)
+	var wg sync.WaitGroup
+	for i := range pairs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			p := &pairs[i]
+			var err error
+			if p.iad, err = mariadblocal.Start(ctx, fmt.Sprintf("%s/%d-iad", dir, i), "iad", testenv.FreePort(t), 1, "bloodraven", "s3cret"); err != nil {
+				errs[i] = err
+				return
+			}
+			t.Cleanup(p.iad.Kill)
+			if p.pdx, err = mariadblocal.Start(ctx, fmt.Sprintf("%s/%d-pdx", dir, i), "pdx", testenv.FreePort(t), 2, "bloodraven", "s3cret"); err != nil {
+				errs[i] = err
+				return
+			}
+			t.Cleanup(p.pdx.Kill)
+			errs[i] = p.pdx.ReplicateFrom(ctx, p.iad)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pairs
+}
+
+// rootDSN is a sampler's DSN for a server: root over its socket.
+func rootDSN(s *mariadblocal.Server) string {
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Net, cfg.Addr = "root", "unix", s.Socket()
+	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = e2etest.ReadOnlyQueryBound, time.Second, time.Second
+	return cfg.FormatDSN()
+}
+
+// startFleetOperator runs the group controller as the operator wires it
+// (the SQL driver, the prober, concurrent workers, the production probe
+// interval) under a manager confined to ns.
+func startFleetOperator(t *testing.T, ns string, workers int) *GroupReconciler {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 env.Scheme,
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}, ByObject: leasestore.CacheByObject()},
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv := mysqldriver.NewCached(func(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
+		return "bloodraven", "s3cret", nil
+	}, clock.RealClock{})
+	m, err := NewMetrics(prometheus.NewRegistry(), clock.RealClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &GroupReconciler{
+		Client: mgr.GetClient(), API: mgr.GetAPIReader(), Driver: drv, Clock: clock.RealClock{}, Metrics: m,
+		Leases: &leasestore.Store{Client: mgr.GetClient(), Cached: mgr.GetCache(), API: mgr.GetAPIReader(), Clock: clock.RealClock{}, Key: testRecordKey},
+		//lint:ignore SA1019 core/v1 Events, as the operator's binary records them
+		Recorder: mgr.GetEventRecorderFor("bloodraven"),
+		Prober:   &prober.Prober{Driver: drv, Clock: clock.RealClock{}},
+		Workers:  workers,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+		drv.Close()
+	})
+	return r
+}
+
+// waitGroups waits until every group satisfies ok.
+func waitGroups(t *testing.T, ns string, names []string, timeout time.Duration, what string, ok func(*v1.MysqlFailoverGroup) bool) map[string]*v1.MysqlFailoverGroup {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		out := map[string]*v1.MysqlFailoverGroup{}
+		behind := ""
+		for _, n := range names {
+			g := &v1.MysqlFailoverGroup{}
+			if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: n}, g); err != nil {
+				t.Fatal(err)
+			}
+			if !ok(g) {
+				behind = fmt.Sprintf("%s: %s gen %d transition %+v health %+v", n, g.Status.ActiveSite, g.Status.TopologyGeneration, g.Status.Transition, g.Status.Health)
+			}
+			out[n] = g
+		}
+		if behind == "" {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; e.g. %s", what, timeout, behind)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A whole site (iad) is lost under 8 groups at once, each with its own pair
+// of real MariaDB servers, every iad server paused (SIGSTOP: it accepts and
+// answers nothing). With concurrent workers and the prober, every group is
+// promoted exactly once (generation 1 → 2), no two sites of a group are
+// ever seen writable while iad is away, and every old primary that returns
+// (SIGCONT, still read_only=0) is fenced within one probe interval of its
+// return, seen by @@read_only sampled every 100 ms on every server.
+func TestASiteLostUnderEightGroupsPromotesEachOnceAndFencesEveryReturn(t *testing.T) {
+	const n = 8
+	pairs := startPairs(t, n)
+	ns := env.Namespace(t)
+	names := make([]string, n)
+	for i, p := range pairs {
+		names[i] = fmt.Sprintf("group-%d", i)
+		g := &v1.MysqlFailoverGroup{
+			ObjectMeta: metav1.ObjectMeta{Name: names[i], Namespace: ns},
+			Spec: v1.MysqlFailoverGroupSpec{FailureDetectionSeconds: 5, Sites: []v1.Site{
+				{Name: "iad", Host: "127.0.0.1", Port: int32(p.iad.Port)},
+				{Name: "pdx", Host: "127.0.0.1", Port: int32(p.pdx.Port)},
+			}},
+		}
+		if err := env.Client.Create(context.Background(), g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := startFleetOperator(t, ns, n)
+	waitGroups(t, ns, names, time.Minute, "bootstrap", func(g *v1.MysqlFailoverGroup) bool {
+		return g.Status.ActiveSite == "iad" && g.Status.TopologyGeneration == 1 && g.Status.Health.ReplicationRunning
+	})
+	samplers := make([]*e2etest.ReadOnlySampler, n)
+	for i, p := range pairs {
+		samplers[i] = e2etest.StartReadOnlySampler(t, map[string]string{"iad": rootDSN(p.iad), "pdx": rootDSN(p.pdx)})
+	}
+
+	lost := time.Now()
+	for _, p := range pairs {
+		if err := p.iad.Pause(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			for _, p := range pairs {
+				_ = p.iad.Resume()
+			}
+		}
+	})
+	moved := waitGroups(t, ns, names, 2*time.Minute, "every group promoted", func(g *v1.MysqlFailoverGroup) bool {
+		return g.Status.ActiveSite == "pdx" && g.Status.TopologyGeneration >= 2 && g.Status.Transition == nil
+	})
+	var last time.Duration
+	for _, g := range moved {
+		if g.Status.TopologyGeneration != 2 {
+			t.Errorf("%s: generation %d after the site loss, want exactly 2", g.Name, g.Status.TopologyGeneration)
+		}
+		last = max(last, g.Status.TopologyGenerationTime.Sub(lost))
+	}
+	t.Logf("8 groups, iad paused: last promotion %.1f s after the fault (budget 5 s)", last.Seconds())
+	for i, s := range samplers {
+		if two := s.TwoWritable(lost, time.Time{}); len(two) > 0 {
+			t.Errorf("group %d: two writable sites while iad was paused, first at %s", i, two[0].At.Sub(lost))
+		}
+	}
+
+	back := time.Now()
+	for _, p := range pairs {
+		if err := p.iad.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resumed = true
+	interval := r.probeInterval()
+	deadline := time.Now().Add(interval + 10*time.Second)
+	for i, s := range samplers {
+		var lat time.Duration
+		var ok bool
+		for {
+			if lat, ok = s.FenceLatency("iad", back); ok || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !ok {
+			t.Fatalf("group %d: the returning old primary was not seen read-only within %s", i, interval+10*time.Second)
+		}
+		t.Logf("group %d: old primary fenced %s after it answered again", i, lat)
+		if lat > interval {
+			t.Errorf("group %d: the old primary stayed writable %s after its return, more than one probe interval (%s)", i, lat, interval)
+		}
+	}
+	// It rejoins as a replica, and nothing moves again.
+	final := waitGroups(t, ns, names, time.Minute, "old primaries rejoined", func(g *v1.MysqlFailoverGroup) bool {
+		return g.Status.Health.ReplicationRunning && g.Status.Health.Ready
+	})
+	for _, g := range final {
+		if g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 2 {
+			t.Errorf("%s moved again after the return: %s/%d", g.Name, g.Status.ActiveSite, g.Status.TopologyGeneration)
+		}
+		var evs corev1.EventList
+		if err := env.Client.List(context.Background(), &evs, client.InNamespace(ns), client.MatchingFields{"involvedObject.name": g.Name}); err == nil {
+			promoted := 0
+			for _, e := range evs.Items {
+				if e.Reason == "EmergencyFailover" {
+					promoted++
+				}
+			}
+			if promoted != 1 {
+				t.Errorf("%s: %d EmergencyFailover events, want 1", g.Name, promoted)
+			}
+		}
+	}
+}
