@@ -309,8 +309,13 @@ func addGroupController(mgr ctrl.Manager, opts options, store *leasestore.Store,
 	if err != nil {
 		return err
 	}
+	cc, api, err := controllers.OwnClients(mgr, float32(opts.controllerQPS), opts.controllerBurst)
+	if err != nil {
+		return err
+	}
+	cstore := &leasestore.Store{Client: cc, Cached: mgr.GetCache(), API: api, Clock: clk, Key: store.Key, OnUnverified: store.OnUnverified}
 	r := &controllers.GroupReconciler{
-		Client: mgr.GetClient(), API: mgr.GetAPIReader(), Leases: store, Driver: drv, Clock: clk,
+		Client: cc, API: api, Leases: cstore, Driver: drv, Clock: clk,
 		//lint:ignore SA1019 core/v1 Events: what docs/events.md, kubectl get events and the tests read
 		Recorder: mgr.GetEventRecorderFor("bloodraven"), Metrics: m, ProbeInterval: opts.probeInterval,
 		Prober:  &prober.Prober{Driver: drv, Clock: clk, Interval: opts.primaryProbeInterval},

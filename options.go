@@ -53,6 +53,10 @@ type options struct {
 	// and every site seen dead; groupWorkers reconcile groups at once.
 	primaryProbeInterval time.Duration
 	groupWorkers         int
+	// controllerQPS and controllerBurst are the group controller's own
+	// client-side limiter (the deployment API keeps kubeQPS/kubeBurst).
+	controllerQPS   float64
+	controllerBurst int
 	// leaderLabelPod is this replica's Pod (in leaderElectionNS), which it
 	// labels with server.LeaderLabel; empty outside a cluster.
 	leaderLabelPod string
@@ -119,7 +123,9 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 	fs.StringVar(&o.topologyDriver, "topology-driver", envStr(envTopology, "none"), "Data-plane driver: mysql (SQL to each site's MySQL/MariaDB; credentials from spec.credentialsSecretRef), none (report NoPrimary, never fail over) or simulated (in-memory sites; moves no data) (env "+envTopology+").")
 	fs.DurationVar(&o.probeInterval, "probe-interval", 10*time.Second, "How often a quiet group's sites are probed.")
 	fs.DurationVar(&o.primaryProbeInterval, "primary-probe-interval", time.Second, "How often the prober probes each group's active site, and each site it saw dead, in the background; a change wakes the group at once.")
-	fs.IntVar(&o.groupWorkers, "group-workers", 32, "Groups reconciled at once.")
+	fs.IntVar(&o.groupWorkers, "group-workers", 64, "Groups reconciled at once.")
+	fs.Float64Var(&o.controllerQPS, "controller-api-qps", 1000, "The group controller's own client-side QPS limit towards the API server (the deployment API has --kube-api-qps): a lost site costs about ten requests per group.")
+	fs.IntVar(&o.controllerBurst, "controller-api-burst", 2000, "The group controller's own client-side burst.")
 	fs.StringVar(&o.leaderLabelPod, "leader-label-pod", getenv(envPodName), "This replica's Pod, in the leader-election namespace: labelled "+server.LeaderLabel+"=true while it leads, false otherwise, so a Service can route the deployment API to the leader (env "+envPodName+"); empty: no label.")
 
 	fs.StringVar(&o.recordKeySecret, "record-key-secret", "bloodraven-lease-record-key", "Secret in the operator's namespace (--leader-election-namespace) holding the key that authenticates deployment lease records; created at start when absent. Only the operator may read it.")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
@@ -72,6 +74,16 @@ func TestSiteLoss(t *testing.T) {
 	sizes := []int{10, 100, 1000, 5000}
 	if os.Getenv("BENCH_QUICK") != "" {
 		sizes = []int{10, 100}
+	}
+	if v := os.Getenv("BENCH_SITELOSS_SIZES"); v != "" { // e.g. 10,100
+		sizes = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				t.Fatalf("BENCH_SITELOSS_SIZES: %q", v)
+			}
+			sizes = append(sizes, n)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -186,11 +198,17 @@ func (s *siteLoss) lose(ctx context.Context, fault string, timeout time.Duration
 	for _, g := range s.groups {
 		before[g.Name] = g.Status.TopologyGeneration
 	}
-	w, err := env.Client.(client.WithWatch).Watch(ctx, &v1.MysqlFailoverGroupList{}, client.InNamespace(s.o.Namespace))
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = 5000, 10000
+	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: env.Scheme})
 	if err != nil {
 		return row, err
 	}
-	defer w.Stop()
+	w, err := wc.Watch(ctx, &v1.MysqlFailoverGroupList{}, client.InNamespace(s.o.Namespace))
+	if err != nil {
+		return row, err
+	}
+	defer func() { w.Stop() }()
 	c0, err := scrape(ctx)
 	if err != nil {
 		return row, err
@@ -208,10 +226,13 @@ func (s *siteLoss) lose(ctx context.Context, fault string, timeout time.Duration
 	for len(promoted) < len(s.groups) {
 		select {
 		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return row, fmt.Errorf("watch ended after %d promotions", len(promoted))
+			if !ok { // the API server ended the watch: watch again
+				if w, err = wc.Watch(ctx, &v1.MysqlFailoverGroupList{}, client.InNamespace(s.o.Namespace)); err != nil {
+					return row, fmt.Errorf("re-watch after %d promotions: %w", len(promoted), err)
+				}
+				continue
 			}
-			if ev.Type != watch.Modified {
+			if ev.Type != watch.Modified && ev.Type != watch.Added {
 				continue
 			}
 			g, ok := ev.Object.(*v1.MysqlFailoverGroup)

@@ -22,6 +22,13 @@
 //     and only then acts;
 //  4. the observation (health, conditions) is written once, when it changed.
 //
+// Groups are reconciled by Workers at once (controller-runtime never runs
+// one group twice at once), from a priority queue: a group whose primary is
+// lost or moving, or that the prober (package topology/prober) woke, goes
+// ahead of every routine reconcile. The reconcile's one probe is the
+// prober's; an emergency promotion does not dial a site it just found dead
+// (docs/design.md, "Fleet").
+//
 // Every authoritative change of active site goes through promote: mark
 // status.transition, act on the data plane, then write activeSite,
 // topologyGeneration+1 and the operation's next phase in one status update,

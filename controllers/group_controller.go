@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -55,7 +56,7 @@ const (
 	// spends most of a reconcile waiting (the API server, the data plane),
 	// so it is sized by measurement, not by cores: see docs/design.md,
 	// "Fleet".
-	DefaultWorkers = 32
+	DefaultWorkers = 64
 	// PriorityUrgent is the queue priority of a group whose primary is lost,
 	// or whose primary is moving, or whose lost site answers again: it is
 	// reconciled ahead of every routine reconcile.
@@ -415,4 +416,26 @@ func leaseDecisionChanged() predicate.Predicate {
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
+}
+
+// OwnClients returns clients for the controller with a rate limiter of its
+// own (qps, burst), over the manager's config, scheme, mapper and cache:
+// writes and cached reads (the first), and uncached reads (the second). The
+// deployment API keeps the manager's client, so a fleet failing over does
+// not queue renewals behind status writes on one client-side limiter, nor
+// the reverse.
+func OwnClients(mgr ctrl.Manager, qps float32, burst int) (client.Client, client.Reader, error) {
+	cfg := rest.CopyConfig(mgr.GetConfig())
+	cfg.QPS, cfg.Burst, cfg.RateLimiter = qps, burst, nil
+	opts := client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()}
+	api, err := client.New(cfg, opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("controller client: %w", err)
+	}
+	opts.Cache = &client.CacheOptions{Reader: mgr.GetCache()}
+	c, err := client.New(cfg, opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("controller client: %w", err)
+	}
+	return c, api, nil
 }

@@ -5,10 +5,13 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/topology"
 )
 
 func TestLeaseWatchPassesOnlyDecisionChanges(t *testing.T) {
@@ -64,4 +67,61 @@ func encodeLease(t *testing.T, base time.Time, kind leases.Kind, mutate func(*le
 		t.Fatal(err)
 	}
 	return l
+}
+
+func TestGroupWatchDropsStatusOnlyUpdates(t *testing.T) {
+	base := func() *v1.MysqlFailoverGroup {
+		g := &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: "ns", Generation: 3, ResourceVersion: "10",
+			Annotations: map[string]string{"a": "b"}, Labels: map[string]string{"l": "v"}, Finalizers: []string{Finalizer}}}
+		g.Status.TopologyGeneration = 1
+		return g
+	}
+	now := metav1.Now()
+	tests := map[string]struct {
+		mutate func(*v1.MysqlFailoverGroup)
+		want   bool
+	}{
+		"the controller's own status write": {func(g *v1.MysqlFailoverGroup) { g.ResourceVersion = "11"; g.Status.TopologyGeneration = 2 }, false},
+		"a spec change (generation)":        {func(g *v1.MysqlFailoverGroup) { g.Generation = 4 }, true},
+		"the revoke annotation":             {func(g *v1.MysqlFailoverGroup) { g.Annotations[v1.RevokeDeploymentLeasesAnnotation] = "true" }, true},
+		"a label":                           {func(g *v1.MysqlFailoverGroup) { g.Labels["l"] = "w" }, true},
+		"a finalizer removed by someone":    {func(g *v1.MysqlFailoverGroup) { g.Finalizers = nil }, true},
+		"deletion requested":                {func(g *v1.MysqlFailoverGroup) { g.DeletionTimestamp = &now }, true},
+		"a resync (nothing changed at all)": {func(*v1.MysqlFailoverGroup) {}, false},
+	}
+	p := notStatusOnly()
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			n := base()
+			tc.mutate(n)
+			if got := p.Update(event.UpdateEvent{ObjectOld: base(), ObjectNew: n}); got != tc.want {
+				t.Fatalf("passes = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestALostOrMovingPrimaryIsReconciledAheadOfRoutineWork(t *testing.T) {
+	lost := metav1.Now()
+	up := []topology.SiteState{{Name: "iad", Reachable: true, Writable: true}, {Name: "pdx", Reachable: true}}
+	down := []topology.SiteState{{Name: "iad"}, {Name: "pdx", Reachable: true}}
+	tests := map[string]struct {
+		status v1.MysqlFailoverGroupStatus
+		sites  []topology.SiteState
+		want   int
+	}{
+		"a quiet group":                     {v1.MysqlFailoverGroupStatus{ActiveSite: "iad"}, up, 0},
+		"its primary just went unreachable": {v1.MysqlFailoverGroupStatus{ActiveSite: "iad"}, down, PriorityUrgent},
+		"inside the detection budget":       {v1.MysqlFailoverGroupStatus{ActiveSite: "iad", PrimaryLostAt: &lost}, down, PriorityUrgent},
+		"a transition under way":            {v1.MysqlFailoverGroupStatus{ActiveSite: "iad", Transition: &v1.TopologyTransition{TargetSite: "pdx"}}, up, PriorityUrgent},
+		"a replica down is routine":         {v1.MysqlFailoverGroupStatus{ActiveSite: "pdx"}, down, 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := &v1.MysqlFailoverGroup{Status: tc.status}
+			if got := urgency(g, tc.sites); got == nil || *got != tc.want {
+				t.Fatalf("priority %v, want %d (it must always be set: the queue keeps an earlier urgency otherwise)", got, tc.want)
+			}
+		})
+	}
 }

@@ -14,6 +14,12 @@
 // planned promotion never opens target while a site it cannot reach may be
 // writable.
 //
+// Every probe of one site is bounded by ProbeTimeout. A driver that
+// implements SiteProber can be probed one site at a time (package
+// topology/prober). An emergency Promote (planned false) may skip the sites
+// the context names (WithSkipped): sites just seen dead, which it would
+// otherwise dial and wait on; a planned Promote ignores the hint.
+//
 // Not guaranteed by this package: that a site reported unreachable is dead.
 // The controller waits the group's detection budget before an emergency
 // promotion, and fences a returning old primary before anything else.

@@ -167,8 +167,11 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 	store := &leasestore.Store{Client: mgr.GetClient(), Cached: mgr.GetCache(), API: mgr.GetAPIReader(), Clock: o.Clock, Key: key}
 	m, err := controllers.NewMetrics(prometheus.NewRegistry(), o.Clock)
 	must(t, err)
+	cc, capi, err := controllers.OwnClients(mgr, 1000, 2000) // the operator's defaults
+	must(t, err)
 	r := &controllers.GroupReconciler{
-		Client: mgr.GetClient(), API: mgr.GetAPIReader(), Leases: store, Driver: o.Driver, Clock: o.Clock,
+		Client: cc, API: capi, Driver: o.Driver, Clock: o.Clock,
+		Leases: &leasestore.Store{Client: cc, Cached: mgr.GetCache(), API: capi, Clock: o.Clock, Key: key},
 		//lint:ignore SA1019 core/v1 Events, as the operator's binary records them
 		Recorder: mgr.GetEventRecorderFor("bloodraven"), Metrics: m, ProbeInterval: opts.ProbeInterval,
 		Prober: &prober.Prober{Driver: o.Driver, Clock: skewed{d: opts.Skew}}, Workers: opts.Workers,

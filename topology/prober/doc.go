@@ -12,7 +12,8 @@
 //     reconcile of that group;
 //   - Probe, the reconcile's one probe, probes every site at once, and
 //     reports unreachable, without dialing, only a site the prober saw dead
-//     within Interval + ProbeTimeout. It never reports a site reachable
+//     within 2 × (Interval + ProbeTimeout), and whose return the background
+//     prober has not seen yet. It never reports a site reachable
 //     from memory: a reachable answer is always this probe's own.
 //   - endpoints are keyed by group UID and site: two groups that name the
 //     same host share nothing.

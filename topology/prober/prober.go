@@ -129,14 +129,17 @@ func (p *Prober) Endpoints() int {
 	return len(p.eps)
 }
 
-// freshDead is how long a failed probe lets a reconcile skip the endpoint:
-// the background prober probes a dead endpoint again every Interval, so a
-// result younger than this is at most one background probe old.
-func (p *Prober) freshDead() time.Duration { return p.Interval + topology.ProbeTimeout }
+// freshDead is how long a failed probe lets a reconcile skip the endpoint.
+// The background prober probes a dead endpoint again at the first tick
+// after its last probe ended, and a hung one takes ProbeTimeout: results
+// come at most Interval + ProbeTimeout apart, and twice that leaves room for
+// a late one. A return is not delayed by it: the background probe that sees
+// the endpoint answer clears it at once.
+func (p *Prober) freshDead() time.Duration { return 2 * (p.Interval + topology.ProbeTimeout) }
 
 // Probe is the reconcile's one probe of g: every site at once, each bounded
 // by topology.ProbeTimeout. A site the prober saw dead within the last
-// Interval + ProbeTimeout is reported unreachable without dialing it (it is
+// 2 × (Interval + ProbeTimeout) is reported unreachable without dialing it (it is
 // probed in the background meanwhile, and its return wakes the group); all
 // others are probed now. Sites come back in spec order.
 func (p *Prober) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topology.SiteState, error) {

@@ -68,7 +68,7 @@ func TestAReconcileDoesNotDialASiteJustSeenDead(t *testing.T) {
 	if n := d.count(g, "iad"); n != 1 {
 		t.Fatalf("first probe dialed iad %d times, want 1", n)
 	}
-	// Within Interval + ProbeTimeout: reported unreachable from memory.
+	// Within 2 × (Interval + ProbeTimeout): reported unreachable from memory.
 	clk.Step(p.Interval)
 	if sites, _ = p.Probe(ctx, g); sites[0].Reachable {
 		t.Fatalf("a dead site was reported reachable: %+v", sites)
@@ -81,7 +81,7 @@ func TestAReconcileDoesNotDialASiteJustSeenDead(t *testing.T) {
 	}
 	// Older than that: dialed again; and a site that answers is reported
 	// from this probe, never from memory.
-	clk.Step(p.Interval + topology.ProbeTimeout)
+	clk.Step(2 * (p.Interval + topology.ProbeTimeout))
 	d.Revive(g, "iad")
 	if sites, _ = p.Probe(ctx, g); !sites[0].Reachable || !sites[0].Writable {
 		t.Fatalf("after revival: %+v", sites)
