@@ -61,7 +61,7 @@ func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup
 	if err != nil {
 		return err
 	}
-	if !fresh && (annotated || len(d.Revoke) > 0 || len(d.Expire) > 0 || len(d.Foreign) > 0) {
+	if !fresh && (annotated || len(d.Revoke) > 0 || len(d.Expire) > 0 || len(d.Foreign) > 0 || len(d.Delete) > 0) {
 		if d, objOf, err = decide(true); err != nil {
 			return err
 		}
@@ -84,7 +84,9 @@ func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup
 			errs = append(errs, fmt.Errorf("record %s lease of %s as expired: %w", rec.Kind, rec.OperationID, err))
 		}
 	}
-	for _, rec := range d.Foreign {
+	// Foreign records, and holds ended longer ago than their ttl (history
+	// is bounded), are deleted with the resourceVersion they were read at.
+	for _, rec := range append(d.Foreign, d.Delete...) {
 		if err := r.Leases.Delete(ctx, objOf[rec]); err != nil && !apierrors.IsConflict(err) {
 			errs = append(errs, err)
 		}

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -322,5 +323,56 @@ func TestARegrantedMutexKeepsItsHold(t *testing.T) {
 	f.settle()
 	if g := f.get(); g.Status.ActiveSite != "iad" || g.Status.PlannedFailover.Phase != v1.PlannedFailoverPhaseDeferred {
 		t.Fatalf("after a re-grant of the mutex the hold deferred nothing: %s %+v", g.Status.ActiveSite, g.Status.PlannedFailover)
+	}
+}
+
+// History is bounded (DESIGN.md §4): an ended failover-hold is deleted once
+// its ttl has passed after its expiry (policy.HoldForgotten), and its renewal answers 404 before and after; one that
+// ended within its ttl is kept. Deploy cycles leave the mutex and nothing
+// else.
+func TestEndedHoldsAreForgottenAfterTheirTTL(t *testing.T) {
+	f := newFixture(t, true)
+	f.settle()
+	holds := func() int {
+		objs, err := f.rec.Leases.ListObjects(f.ctx, f.ns, "playground", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, o := range objs {
+			if o.Record.Kind == leases.KindFailoverHold {
+				n++
+			}
+		}
+		return n
+	}
+	for i := 0; i < 5; i++ { // five deploy cycles
+		op := fmt.Sprintf("op-%d", i)
+		mutexTok, _ := f.grant("migration", op, 30)
+		holdTok, _ := f.grant("failover-hold", op, 30)
+		if r := f.call(http.MethodDelete, "/leases/failover-hold/"+op, nil, "X-Lease-Token", holdTok); r.status != 204 {
+			t.Fatalf("release hold: %d %v", r.status, r.body)
+		}
+		if r := f.call(http.MethodDelete, "/leases/migration/"+op, nil, "X-Lease-Token", mutexTok); r.status != 204 {
+			t.Fatalf("release mutex: %d %v", r.status, r.body)
+		}
+		if i == 0 {
+			f.reconcile()
+			if n := holds(); n != 1 {
+				t.Fatalf("a hold released within its ttl was not kept: %d holds", n)
+			}
+			if r := f.renew("failover-hold", op, holdTok); r.status != http.StatusNotFound {
+				t.Fatalf("renewal of a released hold: %d %v, want 404", r.status, r.body)
+			}
+		}
+	}
+	// The grants' expiry (30 s) and another ttl for the clocks' sake.
+	f.clock.Step(61 * time.Second)
+	f.reconcile()
+	if n := holds(); n != 0 {
+		t.Fatalf("%d ended holds left after their ttl, want 0", n)
+	}
+	if r := f.renew("failover-hold", "op-0", "not-the-token-but-it-does-not-matter"); r.status != http.StatusNotFound {
+		t.Fatalf("renewal of a forgotten hold: %d %v, want 404 as before", r.status, r.body)
 	}
 }

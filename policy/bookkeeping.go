@@ -34,6 +34,29 @@ type Bookkeeping struct {
 	Expire []*leases.Record
 	// Foreign lists records of a deleted group of the same name.
 	Foreign []*leases.Record
+	// Delete lists failover-holds that ended (released, expired, revoked)
+	// longer ago than their ttl: nothing can still ask for them, and every
+	// answer about them stays the same without them (404 for an ended hold
+	// and for an unknown one; 409 from the operation's tombstone, which is
+	// kept). The mutex, one per group, and tombstones are never deleted.
+	Delete []*leases.Record
+}
+
+// HoldForgotten tells whether an ended failover-hold may be deleted: it is
+// not active, and another ttl has passed since it last could have held (the
+// latest of its expiry, release and revocation): the margin covers a
+// client's clock and a request in flight.
+func HoldForgotten(r *leases.Record, now time.Time) bool {
+	if r == nil || r.Kind != leases.KindFailoverHold || r.State == leases.StateActive {
+		return false
+	}
+	end := r.ExpiresAt
+	for _, t := range []time.Time{r.EndedAt, r.RevokedAt} {
+		if t.After(end) {
+			end = t
+		}
+	}
+	return now.Sub(end) > time.Duration(r.TTLSeconds)*time.Second
 }
 
 // DecideBookkeeping picks revocations, expiries and leftovers. Every
@@ -66,6 +89,9 @@ func DecideBookkeeping(in BookkeepingInput) Bookkeeping {
 	for _, r := range in.Leases {
 		if r.State == leases.StateActive && r.BelongsTo(in.GroupUID) && !effective[r] && !revoke[r.OperationID] {
 			out.Expire = append(out.Expire, r)
+		}
+		if r.BelongsTo(in.GroupUID) && !revoke[r.OperationID] && HoldForgotten(r, in.Now) {
+			out.Delete = append(out.Delete, r)
 		}
 	}
 	return out

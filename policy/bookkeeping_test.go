@@ -11,6 +11,10 @@ import (
 	"github.com/shipstream/bloodraven/topology"
 )
 
+func ttl(r *leases.Record, s int64) *leases.Record { r.TTLSeconds = s; return r }
+
+func ended(r *leases.Record, at time.Time) *leases.Record { r.EndedAt = at; return r }
+
 func TestDecideBookkeeping(t *testing.T) {
 	live, past := t0.Add(time.Minute), t0.Add(-time.Second)
 	at := func(r *leases.Record, gen int64) *leases.Record { r.Generation = gen; return r }
@@ -20,6 +24,7 @@ func TestDecideBookkeeping(t *testing.T) {
 		wantRevoke           []string
 		wantReason           string
 		wantExpire, wantGone int
+		wantDeleted          int
 	}{
 		"current leases are left alone": {
 			in: BookkeepingInput{Generation: 2, Leases: []*leases.Record{at(lease(leases.KindMigration, "a", leases.StateActive, live), 2)}}},
@@ -41,6 +46,21 @@ func TestDecideBookkeeping(t *testing.T) {
 		"terminal records need nothing": {
 			in: BookkeepingInput{Generation: 5, Leases: []*leases.Record{
 				at(lease(leases.KindMigration, "a", leases.StateReleased, live), 2), at(lease(leases.KindFailoverHold, "a", leases.StateRevoked, live), 2)}}},
+		"a hold ended longer ago than its ttl is deleted (history is bounded)": {
+			in: BookkeepingInput{Generation: 2, Leases: []*leases.Record{
+				ttl(at(lease(leases.KindFailoverHold, "a", leases.StateReleased, t0.Add(-31*time.Second)), 2), 30),
+				ttl(at(lease(leases.KindFailoverHold, "b", leases.StateExpired, t0.Add(-31*time.Second)), 2), 30),
+				ttl(at(lease(leases.KindFailoverHold, "c", leases.StateRevoked, t0.Add(-31*time.Second)), 2), 30)}},
+			wantDeleted: 3},
+		"a hold ended within its ttl, an active one, the mutex are kept": {
+			in: BookkeepingInput{Generation: 2, Leases: []*leases.Record{
+				ttl(at(lease(leases.KindFailoverHold, "a", leases.StateReleased, t0.Add(-29*time.Second)), 2), 30),
+				ttl(at(lease(leases.KindMigration, "b", leases.StateReleased, t0.Add(-time.Hour)), 2), 30),
+				ttl(at(lease(leases.KindFailoverHold, "c", leases.StateActive, t0.Add(-time.Hour)), 2), 30)}},
+			wantExpire: 1},
+		"a hold released late counts from its release": {
+			in: BookkeepingInput{Generation: 2, Leases: []*leases.Record{
+				ended(ttl(at(lease(leases.KindFailoverHold, "a", leases.StateReleased, t0.Add(-time.Hour)), 2), 30), t0.Add(-10*time.Second))}}},
 		"records of a deleted group of the same name are cleaned up, never revoked": {
 			in:       BookkeepingInput{Generation: 5, RevokeAll: true, Leases: []*leases.Record{foreign}},
 			wantGone: 1, wantReason: leases.ReasonOperatorRevoked},
@@ -49,7 +69,7 @@ func TestDecideBookkeeping(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			tc.in.Now, tc.in.GroupUID = t0, uid
 			got := DecideBookkeeping(tc.in)
-			if !slices.Equal(got.Revoke, tc.wantRevoke) || len(got.Expire) != tc.wantExpire || len(got.Foreign) != tc.wantGone {
+			if !slices.Equal(got.Revoke, tc.wantRevoke) || len(got.Expire) != tc.wantExpire || len(got.Foreign) != tc.wantGone || len(got.Delete) != tc.wantDeleted {
 				t.Fatalf("got %+v", got)
 			}
 			if tc.wantReason != "" && got.Reason != tc.wantReason {
