@@ -160,6 +160,7 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, err
 	}
 	if acted { // the data plane changed: probe again before anything else
+		r.invalidate(g)
 		//lint:ignore SA1019 Requeue (with the rate limiter's backoff) is "probe again now"; no fixed RequeueAfter fits
 		return ctrl.Result{Requeue: true, Priority: urgency(g, sites)}, nil
 	}
@@ -173,6 +174,7 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		// observation needs a probe of its own. Otherwise the one probe of
 		// this reconcile stands.
 		if !equality.Semantic.DeepEqual(before, &g.Status) {
+			r.invalidate(g)
 			if sites, err = r.probe(ctx, g); err != nil {
 				return ctrl.Result{}, fmt.Errorf("probe: %w", err)
 			}
@@ -204,6 +206,14 @@ func (r *GroupReconciler) probe(ctx context.Context, g *v1.MysqlFailoverGroup) (
 		return r.Prober.Probe(ctx, g)
 	}
 	return r.driver().Probe(ctx, g)
+}
+
+// invalidate tells the prober that what it saw of g no longer stands in for
+// a probe: the controller acted on g's data plane.
+func (r *GroupReconciler) invalidate(g *v1.MysqlFailoverGroup) {
+	if r.Prober != nil {
+		r.Prober.Invalidate(g)
+	}
 }
 
 // urgency is the queue priority of the group's next reconcile: urgent while

@@ -10,11 +10,16 @@
 //     reachability (the primary lost, a lost site answering again) is handed
 //     to Notify, which the controller turns into an immediate, high-priority
 //     reconcile of that group;
-//   - Probe, the reconcile's one probe, probes every site at once, and
-//     reports unreachable, without dialing, only a site the prober saw dead
-//     within 2 × (Interval + ProbeTimeout), and whose return the background
-//     prober has not seen yet. It never reports a site reachable
-//     from memory: a reachable answer is always this probe's own.
+//   - Probe, the reconcile's one probe, probes every site at once. It
+//     reports a site probed within the last Interval (Interval +
+//     ProbeTimeout while a background probe of it is under way) as that
+//     probe saw it (the background keeps the active site's result that
+//     young), unless
+//     the controller acted on the group since (Invalidate); it reports
+//     unreachable, without dialing, a site seen dead within
+//     2 × (Interval + ProbeTimeout) whose return the background prober has
+//     not seen yet. Every other site is dialed. So no answer is older than
+//     Interval + ProbeTimeout, and a hung site costs the reconcile nothing;
 //   - endpoints are keyed by group UID and site: two groups that name the
 //     same host share nothing.
 //

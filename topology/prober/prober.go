@@ -66,7 +66,10 @@ type endpoint struct {
 	// deadSince is when the endpoint was first seen unreachable in the
 	// current run of failures; zero while it answers.
 	deadSince time.Time
-	inFlight  bool
+	// usable: state may stand in for a probe until then (seenAt +
+	// Interval); Invalidate clears it after the controller acted.
+	usable   time.Time
+	inFlight bool
 }
 
 func (p *Prober) init() {
@@ -138,10 +141,15 @@ func (p *Prober) Endpoints() int {
 func (p *Prober) freshDead() time.Duration { return 2 * (p.Interval + topology.ProbeTimeout) }
 
 // Probe is the reconcile's one probe of g: every site at once, each bounded
-// by topology.ProbeTimeout. A site the prober saw dead within the last
-// 2 × (Interval + ProbeTimeout) is reported unreachable without dialing it (it is
-// probed in the background meanwhile, and its return wakes the group); all
-// others are probed now. Sites come back in spec order.
+// by topology.ProbeTimeout. A site probed within the last Interval (in the
+// background: the active site; or by an earlier reconcile), or within
+// Interval + ProbeTimeout while a background probe of it is under way, is
+// reported as that probe saw it, unless the controller acted on the group since
+// (Invalidate). A site the prober saw dead within the last
+// 2 × (Interval + ProbeTimeout) is reported unreachable without dialing it
+// (it is probed in the background meanwhile, and its return wakes the
+// group). All others are probed now. Sites come back in spec order. So a
+// hung primary never holds a reconcile: the background prober pays for it.
 func (p *Prober) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topology.SiteState, error) {
 	p.Track(g)
 	out := make([]topology.SiteState, len(g.Spec.Sites))
@@ -151,10 +159,22 @@ func (p *Prober) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topolog
 		k := key{g.UID, s.Name}
 		p.mu.Lock()
 		ep := p.eps[k]
-		skip := ep != nil && !ep.deadSince.IsZero() && now.Sub(ep.seenAt) < p.freshDead()
+		var recent *topology.SiteState
+		switch {
+		case ep == nil:
+		case now.Before(ep.usable), // probed within the last Interval
+			// or a background probe is under way, and its result is at
+			// most ProbeTimeout late: waiting for it, or dialing the
+			// endpoint a second time, would hold this reconcile instead.
+			ep.inFlight && !ep.usable.IsZero() && now.Before(ep.usable.Add(topology.ProbeTimeout)):
+			st := ep.state
+			recent = &st
+		case !ep.deadSince.IsZero() && now.Sub(ep.seenAt) < p.freshDead():
+			recent = &topology.SiteState{Name: s.Name}
+		}
 		p.mu.Unlock()
-		if skip {
-			out[i] = topology.SiteState{Name: s.Name}
+		if recent != nil {
+			out[i] = *recent
 			continue
 		}
 		wg.Add(1)
@@ -166,6 +186,20 @@ func (p *Prober) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topolog
 	}
 	wg.Wait()
 	return out, ctx.Err()
+}
+
+// Invalidate makes the next Probe of g dial every site it does not know to
+// be dead: the controller acted on g's data plane, so what the prober saw
+// before no longer stands in for a probe.
+func (p *Prober) Invalidate(g *v1.MysqlFailoverGroup) {
+	p.init()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range g.Spec.Sites {
+		if ep := p.eps[key{g.UID, s.Name}]; ep != nil {
+			ep.usable = time.Time{}
+		}
+	}
 }
 
 // Dead lists the sites of g the prober last saw unreachable.
@@ -217,7 +251,7 @@ func (p *Prober) record(k key, st topology.SiteState, notify bool) {
 	}
 	was := ep.state.Reachable && !ep.seenAt.IsZero()
 	wasDead := !ep.deadSince.IsZero()
-	ep.state, ep.seenAt = st, now
+	ep.state, ep.seenAt, ep.usable = st, now, now.Add(p.Interval)
 	switch {
 	case !st.Reachable && ep.deadSince.IsZero():
 		ep.deadSince = now

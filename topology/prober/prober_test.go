@@ -216,3 +216,27 @@ func TestAMovedSiteStartsUnknown(t *testing.T) {
 		t.Fatalf("the moved site was probed %d times, want 1", probes.Load())
 	}
 }
+
+func TestAResultYoungerThanTheIntervalStandsInForAProbeUntilTheControllerActs(t *testing.T) {
+	p, d, clk := newProber(t)
+	g := group("a", "uid-a")
+	d.Seed(g, "iad")
+	ctx := context.Background()
+	if _, err := p.Probe(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	d.Hang(g, "iad") // hung since: a dial would cost HangCost
+	clk.Step(p.Interval / 2)
+	if sites, _ := p.Probe(ctx, g); !sites[0].Reachable || d.count(g, "iad") != 1 {
+		t.Fatalf("within the interval: %+v, %d probes of iad (want the earlier result, no dial)", sites, d.count(g, "iad"))
+	}
+	p.Invalidate(g) // the controller acted: the earlier result no longer stands
+	if sites, _ := p.Probe(ctx, g); sites[0].Reachable || d.count(g, "iad") != 2 {
+		t.Fatalf("after Invalidate: %+v, %d probes of iad (want a dial, which finds it dead)", sites, d.count(g, "iad"))
+	}
+	d.Revive(g, "iad")
+	clk.Step(2 * (p.Interval + topology.ProbeTimeout))
+	if sites, _ := p.Probe(ctx, g); !sites[0].Reachable {
+		t.Fatalf("older than the interval: %+v, want a fresh dial", sites)
+	}
+}
