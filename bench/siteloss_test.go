@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -121,7 +120,6 @@ type siteLoss struct {
 	o      *operatortest.Operator
 	groups []*v1.MysqlFailoverGroup
 	// active is each group's active site, by name.
-	mu     sync.Mutex
 	active map[string]string
 }
 

@@ -3,8 +3,13 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"text/tabwriter"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -157,6 +162,71 @@ func waitGroups(t *testing.T, ns string, names []string, timeout time.Duration, 
 	}
 }
 
+// fleet is n groups, each with its own pair of real MariaDB servers, under
+// one operator wired as the binary wires it.
+type fleet struct {
+	t      *testing.T
+	ns     string
+	names  []string
+	pairs  []pair
+	r      *GroupReconciler
+	budget int32
+}
+
+func startFleet(t *testing.T, n int, budget int32) *fleet {
+	t.Helper()
+	f := &fleet{t: t, pairs: startPairs(t, n), ns: env.Namespace(t), budget: budget}
+	for i, p := range f.pairs {
+		f.names = append(f.names, fmt.Sprintf("group-%d", i))
+		g := &v1.MysqlFailoverGroup{
+			ObjectMeta: metav1.ObjectMeta{Name: f.names[i], Namespace: f.ns},
+			Spec: v1.MysqlFailoverGroupSpec{FailureDetectionSeconds: budget, Sites: []v1.Site{
+				{Name: "iad", Host: "127.0.0.1", Port: int32(p.iad.Port)},
+				{Name: "pdx", Host: "127.0.0.1", Port: int32(p.pdx.Port)},
+			}},
+		}
+		if err := env.Client.Create(context.Background(), g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.r = startFleetOperator(t, f.ns, 0)
+	waitGroups(t, f.ns, f.names, 2*time.Minute, "bootstrap", func(g *v1.MysqlFailoverGroup) bool {
+		return g.Status.ActiveSite == "iad" && g.Status.TopologyGeneration == 1 && g.Status.Health.ReplicationRunning
+	})
+	return f
+}
+
+// loseIad pauses every iad server at once (SIGSTOP) and waits until every
+// group is promoted; it returns the fault's time and each group's
+// promotion time (status.topologyGenerationTime) after it.
+func (f *fleet) loseIad() (time.Time, []time.Duration) {
+	t := f.t
+	t.Helper()
+	lost := time.Now()
+	for _, p := range f.pairs {
+		if err := p.iad.Pause(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, p := range f.pairs {
+			_ = p.iad.Resume()
+		}
+	})
+	moved := waitGroups(t, f.ns, f.names, 3*time.Minute, "every group promoted", func(g *v1.MysqlFailoverGroup) bool {
+		return g.Status.ActiveSite == "pdx" && g.Status.TopologyGeneration >= 2 && g.Status.Transition == nil
+	})
+	var ds []time.Duration
+	for _, g := range moved {
+		if g.Status.TopologyGeneration != 2 {
+			t.Errorf("%s: generation %d after the site loss, want exactly 2", g.Name, g.Status.TopologyGeneration)
+		}
+		ds = append(ds, g.Status.TopologyGenerationTime.Sub(lost))
+	}
+	slices.Sort(ds)
+	return lost, ds
+}
+
 // A whole site (iad) is lost under 8 groups at once, each with its own pair
 // of real MariaDB servers, every iad server paused (SIGSTOP: it accepts and
 // answers nothing). With concurrent workers and the prober, every group is
@@ -166,56 +236,14 @@ func waitGroups(t *testing.T, ns string, names []string, timeout time.Duration, 
 // return, seen by @@read_only sampled every 100 ms on every server.
 func TestASiteLostUnderEightGroupsPromotesEachOnceAndFencesEveryReturn(t *testing.T) {
 	const n = 8
-	pairs := startPairs(t, n)
-	ns := env.Namespace(t)
-	names := make([]string, n)
-	for i, p := range pairs {
-		names[i] = fmt.Sprintf("group-%d", i)
-		g := &v1.MysqlFailoverGroup{
-			ObjectMeta: metav1.ObjectMeta{Name: names[i], Namespace: ns},
-			Spec: v1.MysqlFailoverGroupSpec{FailureDetectionSeconds: 5, Sites: []v1.Site{
-				{Name: "iad", Host: "127.0.0.1", Port: int32(p.iad.Port)},
-				{Name: "pdx", Host: "127.0.0.1", Port: int32(p.pdx.Port)},
-			}},
-		}
-		if err := env.Client.Create(context.Background(), g); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r := startFleetOperator(t, ns, n)
-	waitGroups(t, ns, names, time.Minute, "bootstrap", func(g *v1.MysqlFailoverGroup) bool {
-		return g.Status.ActiveSite == "iad" && g.Status.TopologyGeneration == 1 && g.Status.Health.ReplicationRunning
-	})
+	fl := startFleet(t, n, 5)
+	ns, names, pairs, r := fl.ns, fl.names, fl.pairs, fl.r
 	samplers := make([]*e2etest.ReadOnlySampler, n)
 	for i, p := range pairs {
 		samplers[i] = e2etest.StartReadOnlySampler(t, map[string]string{"iad": rootDSN(p.iad), "pdx": rootDSN(p.pdx)})
 	}
-
-	lost := time.Now()
-	for _, p := range pairs {
-		if err := p.iad.Pause(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	resumed := false
-	t.Cleanup(func() {
-		if !resumed {
-			for _, p := range pairs {
-				_ = p.iad.Resume()
-			}
-		}
-	})
-	moved := waitGroups(t, ns, names, 2*time.Minute, "every group promoted", func(g *v1.MysqlFailoverGroup) bool {
-		return g.Status.ActiveSite == "pdx" && g.Status.TopologyGeneration >= 2 && g.Status.Transition == nil
-	})
-	var last time.Duration
-	for _, g := range moved {
-		if g.Status.TopologyGeneration != 2 {
-			t.Errorf("%s: generation %d after the site loss, want exactly 2", g.Name, g.Status.TopologyGeneration)
-		}
-		last = max(last, g.Status.TopologyGenerationTime.Sub(lost))
-	}
-	t.Logf("8 groups, iad paused: last promotion %.1f s after the fault (budget 5 s)", last.Seconds())
+	lost, ds := fl.loseIad()
+	t.Logf("8 groups, iad paused: promotions %.1f s (first) to %.1f s (last) after the fault (budget 5 s)", ds[0].Seconds(), ds[len(ds)-1].Seconds())
 	for i, s := range samplers {
 		if two := s.TwoWritable(lost, time.Time{}); len(two) > 0 {
 			t.Errorf("group %d: two writable sites while iad was paused, first at %s", i, two[0].At.Sub(lost))
@@ -228,7 +256,6 @@ func TestASiteLostUnderEightGroupsPromotesEachOnceAndFencesEveryReturn(t *testin
 			t.Fatal(err)
 		}
 	}
-	resumed = true
 	interval := r.probeInterval()
 	deadline := time.Now().Add(interval + 10*time.Second)
 	for i, s := range samplers {
@@ -269,4 +296,29 @@ func TestASiteLostUnderEightGroupsPromotesEachOnceAndFencesEveryReturn(t *testin
 			}
 		}
 	}
+}
+
+// TestSiteLossOfRealMariaDB is the site-loss bench's real row: as many
+// pairs as this machine runs (BENCH_MARIADB_PAIRS, default 16), every iad
+// server paused at once. It runs only in the full `make bench`.
+func TestSiteLossOfRealMariaDB(t *testing.T) {
+	if os.Getenv("BLOODRAVEN_BENCH") == "" || os.Getenv("BENCH_QUICK") != "" {
+		t.Skip("the real site-loss row runs only in the full make bench")
+	}
+	n := 16
+	if v, err := strconv.Atoi(os.Getenv("BENCH_MARIADB_PAIRS")); err == nil && v > 0 {
+		n = v
+	}
+	const budget = 5
+	fl := startFleet(t, n, budget)
+	_, ds := fl.loseIad()
+	row := fmt.Sprintf("%d\thung (SIGSTOP)\treal MariaDB\t%d\t%.1f\t%.1f\t%.1f\t%d\t%v\t",
+		n, budget, ds[0].Seconds(), ds[len(ds)/2].Seconds(), ds[len(ds)-1].Seconds(), budget+10, ds[len(ds)-1] <= (budget+10)*time.Second)
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "groups\tfault\tdriver\tbudget s\tfirst s\tmedian s\tlast s\ttarget s\tmet\t")
+	fmt.Fprintln(tw, row)
+	_ = tw.Flush()
+	fmt.Println("site loss, real MariaDB (each group its own pair of mariadbd; seconds from SIGSTOP of every iad server to each group's new generation):\n" + b.String())
+	t.Log("\n" + b.String())
 }
