@@ -157,6 +157,14 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		r.reconcileLeases(ctx, g, &st, false)
 	}
 	if err != nil {
+		// A loss marked or cleared in step 1 is persisted even so: a
+		// finalizer that keeps failing must not keep the budget from
+		// starting.
+		if !equality.Semantic.DeepEqual(persisted.PrimaryLostAt, g.Status.PrimaryLostAt) {
+			if werr := r.writeStatus(ctx, g); werr != nil {
+				err = errors.Join(err, werr)
+			}
+		}
 		return ctrl.Result{}, err
 	}
 	if acted { // the data plane changed: probe again before anything else

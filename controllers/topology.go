@@ -65,12 +65,16 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 		EventSiteFenced.emit(r.Recorder, g, d.Site, d.Reason)
 		return true, nil
 	case policy.ActionMarkLost:
+		// Written with this reconcile's observation (step 4), in one status
+		// update: a lost site of a fleet costs one write per group less. If
+		// the reconcile fails before that write, the next one marks the loss
+		// again, later: the budget can only be counted longer, never shorter.
 		now := r.now()
 		g.Status.PrimaryLostAt = &now
-		return false, r.writeStatus(ctx, g)
+		return false, nil
 	case policy.ActionClearLost:
 		g.Status.PrimaryLostAt = nil
-		return false, r.writeStatus(ctx, g)
+		return false, nil
 	case policy.ActionEmergencyPromote:
 		EventEmergencyFailover.emit(r.Recorder, g, g.Status.ActiveSite, budget, d.Site)
 		return true, r.promote(ctx, g, OpEmergencyFailover, d.Site)
