@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -52,6 +53,31 @@ type SiteLossRow struct {
 	APIRequestsPerFailover float64 `json:"apiRequestsPerFailover"`
 	// Target is the goal in seconds after the fault.
 	Target float64 `json:"targetSeconds"`
+	// RoutineRequestsPerGroupSecond is the kube-apiserver's request rate
+	// (every client) per group while the fleet is quiet (every group probed
+	// every 10 s), measured before the fault.
+	RoutineRequestsPerGroupSecond float64 `json:"routineRequestsPerGroupSecond"`
+	// HeapMiB is this process's live heap (the operator, its caches, the
+	// bench) after a GC, with the fleet quiet.
+	HeapMiB float64 `json:"heapMiB"`
+}
+
+// quiet measures the fleet's routine API cost and the heap.
+func (s *siteLoss) quiet(ctx context.Context, d time.Duration) (perGroupSecond, heapMiB float64, err error) {
+	time.Sleep(5 * time.Second) // the bootstrap's last writes settle
+	c0, err := scrape(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	time.Sleep(d)
+	c1, err := scrape(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return c1.sub(c0).Requests / d.Seconds() / float64(len(s.groups)), float64(ms.HeapAlloc) / (1 << 20), nil
 }
 
 // siteLossTarget is the issue's goal for n groups: budget + 15 s up to
@@ -97,6 +123,14 @@ func TestSiteLoss(t *testing.T) {
 		if err := sl.grow(ctx, n, budget); err != nil {
 			t.Fatalf("create %d groups: %v", n, err)
 		}
+		quietFor := 20 * time.Second
+		if os.Getenv("BENCH_QUICK") != "" {
+			quietFor = 5 * time.Second
+		}
+		routine, heap, err := sl.quiet(ctx, quietFor)
+		if err != nil {
+			t.Fatalf("quiet fleet of %d: %v", n, err)
+		}
 		for _, fault := range []string{faultHung, faultRefused} {
 			row, err := sl.lose(ctx, fault, 2*time.Duration(siteLossTarget(n, budget))*time.Second+time.Minute)
 			if err != nil {
@@ -104,6 +138,7 @@ func TestSiteLoss(t *testing.T) {
 				continue
 			}
 			row.BudgetSeconds, row.Target = budget, siteLossTarget(n, budget)
+			row.RoutineRequestsPerGroupSecond, row.HeapMiB = routine, heap
 			rows = append(rows, row)
 			t.Logf("%d groups %s: first %.1f s, median %.1f s, last %.1f s", n, fault, row.First, row.Median, row.Last)
 			if err := sl.recover(ctx, 3*time.Minute); err != nil {
@@ -299,14 +334,15 @@ func siteLossTable(rows []SiteLossRow) string {
 	fmt.Fprintf(&b, "site loss: every group's primary lost at the same instant; seconds from the fault to each group's new topologyGeneration (status.topologyGenerationTime)\n")
 	fmt.Fprintf(&b, "hung = accepts and never answers (simulated: every call to it costs %s, the probe bound); refused = connections refused at once\n", topology.ProbeTimeout)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "groups\tfault\tdriver\tbudget s\tfirst s\tmedian s\tlast s\ttarget s\tmet\tapi req/failover\t")
+	fmt.Fprintln(tw, "groups\tfault\tdriver\tbudget s\tfirst s\tmedian s\tlast s\ttarget s\tmet\tapi req/failover\tquiet api req/s per group\theap MiB\t")
 	for _, r := range rows {
 		met := "yes"
 		if r.Last > r.Target {
 			met = fmt.Sprintf("no (+%.1f s)", r.Last-r.Target)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%.0f\t%.1f\t%.1f\t%.1f\t%.0f\t%s\t%.1f\t\n",
-			r.Groups, r.Fault, r.Driver, r.BudgetSeconds, r.First, r.Median, r.Last, r.Target, met, r.APIRequestsPerFailover)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%.0f\t%.1f\t%.1f\t%.1f\t%.0f\t%s\t%.1f\t%.3f\t%.0f\t\n",
+			r.Groups, r.Fault, r.Driver, r.BudgetSeconds, r.First, r.Median, r.Last, r.Target, met, r.APIRequestsPerFailover,
+			r.RoutineRequestsPerGroupSecond, r.HeapMiB)
 	}
 	_ = tw.Flush()
 	return b.String()

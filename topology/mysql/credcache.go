@@ -12,7 +12,7 @@ import (
 
 // DefaultCredentialTTL is how long a group's account is kept before it is
 // read again.
-const DefaultCredentialTTL = 30 * time.Second
+const DefaultCredentialTTL = 5 * time.Minute
 
 // CredentialCache keeps each group's account for TTL after Fetch read it
 // (the operator's Fetch is a GET of one Secret by name: no Secret informer,

@@ -1,0 +1,121 @@
+package mysql
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/topology"
+)
+
+// secret is a Credentials that counts its reads (a GET of the Secret).
+type secret struct {
+	mu       sync.Mutex
+	password string
+	reads    int
+}
+
+func (s *secret) fetch(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reads++
+	return "bloodraven", s.password, nil
+}
+
+func (s *secret) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads
+}
+
+func TestCredentialsAreReadOncePerTTLAndAgainWhenRefused(t *testing.T) {
+	st := startSites(t)
+	sec := &secret{password: "wrong"} // a rotation the operator has not seen
+	clk := clocktesting.NewFakeClock(time.Now())
+	d := NewCached(sec.fetch, clk)
+	t.Cleanup(d.Close)
+	g := st.group.DeepCopy()
+	g.UID = types.UID("uid-orders")
+	ctx := context.Background()
+
+	if s, _ := d.ProbeSite(ctx, g, "iad"); s.Reachable {
+		t.Fatalf("a refused account probed reachable: %+v", s)
+	}
+	sec.mu.Lock()
+	sec.password = "s3cret" // the Secret now holds the right one
+	sec.mu.Unlock()
+	// The refusal (error 1045) dropped the cached account: the next probe
+	// reads the Secret again at once, well inside the TTL.
+	if s, _ := d.ProbeSite(ctx, g, "iad"); !s.Reachable {
+		t.Fatalf("after the Secret was fixed: %+v (%d reads)", s, sec.count())
+	}
+	reads := sec.count()
+	for i := 0; i < 5; i++ {
+		if _, err := d.Probe(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := sec.count(); got != reads {
+		t.Fatalf("routine probes read the Secret %d more times, want none within the TTL", got-reads)
+	}
+	clk.Step(DefaultCredentialTTL + time.Second)
+	if _, err := d.Probe(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if got := sec.count(); got != reads+1 {
+		t.Fatalf("after the TTL: %d reads, want %d", got, reads+1)
+	}
+}
+
+func TestTwoGroupsNamingTheSameHostShareNoPool(t *testing.T) {
+	st := startSites(t)
+	a, b := st.group.DeepCopy(), st.group.DeepCopy()
+	a.UID, b.UID = "uid-a", "uid-b"
+	b.Name = "other"
+	ctx := context.Background()
+	for _, g := range []*v1.MysqlFailoverGroup{a, b} {
+		if _, err := st.driver.Probe(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.driver.mu.Lock()
+	pools := 0
+	for k := range st.driver.dbs {
+		if k.uid == "uid-a" || k.uid == "uid-b" {
+			pools++
+		}
+	}
+	st.driver.mu.Unlock()
+	if pools != 4 {
+		t.Fatalf("%d pools for two groups of two sites on the same hosts, want 4 (one per group and address)", pools)
+	}
+}
+
+func TestAProbeOfTwoPausedSitesTakesOneProbeBound(t *testing.T) {
+	st := startSites(t)
+	ctx := context.Background()
+	if _, err := st.driver.Probe(ctx, st.group); err != nil { // pools and dialects ready
+		t.Fatal(err)
+	}
+	for _, s := range []interface{ Pause() error }{st.iad, st.pdx} {
+		if err := s.Pause(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = st.iad.Resume(); _ = st.pdx.Resume() })
+	start := time.Now()
+	sites, err := st.driver.Probe(ctx, st.group)
+	took := time.Since(start)
+	if err != nil || sites[0].Reachable || sites[1].Reachable {
+		t.Fatalf("paused sites: %+v %v", sites, err)
+	}
+	// One after the other, two hung sites would cost two bounds.
+	if took >= 2*topology.ProbeTimeout {
+		t.Fatalf("probing two paused sites took %s: not in parallel (bound %s each)", took, topology.ProbeTimeout)
+	}
+}
