@@ -47,8 +47,6 @@ type poolKey struct {
 type pool struct {
 	dsn string
 	db  *sql.DB
-	// d is the server's dialect, read once per pool.
-	d *dialect
 }
 
 var (
@@ -110,13 +108,11 @@ func (d *Driver) open(ctx context.Context, g *v1.MysqlFailoverGroup, s v1.Site) 
 		p = &pool{dsn: dsn, db: db}
 		d.dbs[k] = p
 	}
-	dl := p.d
 	d.mu.Unlock()
 	st := &site{name: s.Name, host: s.Host, port: port, db: p.db}
-	if dl != nil {
-		st.d = *dl
-		return st, nil
-	}
+	// Every open asks the server, bounded: a hung or black-holed site fails
+	// here within 3 s, not in the step that follows (whose own queries may
+	// run without a deadline of their own).
 	var version string
 	qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
@@ -125,9 +121,6 @@ func (d *Driver) open(ctx context.Context, g *v1.MysqlFailoverGroup, s v1.Site) 
 		return nil, fmt.Errorf("site %s: %w", s.Name, err)
 	}
 	st.d = dialectFor(version)
-	d.mu.Lock()
-	p.d = &st.d
-	d.mu.Unlock()
 	return st, nil
 }
 
@@ -310,9 +303,6 @@ func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target s
 		}
 		octx, cancel := context.WithTimeout(ctx, topology.ProbeTimeout)
 		s, err := d.open(octx, g, sp)
-		if err == nil {
-			err = s.db.PingContext(octx) // the pool's dialect is cached: is it there now?
-		}
 		cancel()
 		if err == nil {
 			others = append(others, s)
