@@ -83,17 +83,6 @@ func (c *CredentialCache) Invalidate(g *v1.MysqlFailoverGroup) {
 	c.mu.Unlock()
 }
 
-// Forget drops every account whose group UID is uid (a deleted group).
-func (c *CredentialCache) Forget(uid string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k := range c.m {
-		if k.uid == uid {
-			delete(c.m, k)
-		}
-	}
-}
-
 // NewCached returns a driver whose credentials come from a CredentialCache
 // over fetch, invalidated when a site refuses them.
 func NewCached(fetch Credentials, clk clock.PassiveClock) *Driver {
