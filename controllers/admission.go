@@ -16,98 +16,10 @@ import (
 	"github.com/shipstream/bloodraven/topology"
 )
 
-// gated is what the admission gate needs to know about one operation.
+// gated names the operation the admission gate decides on.
 type gated struct {
-	op, id, target string
-	// deferred records a deferral in status.
-	deferred func(adm policy.Admission)
-	// wasDeferred is true when the operation was deferred before.
-	wasDeferred bool
-	// waiting records why the operation cannot be admitted yet: a reason
-	// (policy.WaitSiteUnreachable, policy.WaitTargetNotReady, "Waiting") and
-	// a message.
-	waiting func(reason, msg string)
-}
-
-// reconcileOperations releases a reservation whose request is gone, then
-// runs each planned operation, one file each.
-func (r *GroupReconciler) reconcileOperations(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, st *step) error {
-	r.withdrawRemovedRequests(g)
-	for _, op := range []func(context.Context, *v1.MysqlFailoverGroup, []topology.SiteState, *step) error{
-		r.reconcilePlannedFailover, r.reconcileOrderedUpdate, r.reconcileRestoreInPlace,
-	} {
-		if err := op(ctx, g, sites, st); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// requests lists the planned operations the spec asks for.
-func requests(g *v1.MysqlFailoverGroup) []policy.Request {
-	var out []policy.Request
-	if pf := g.Spec.PlannedFailover; pf != nil {
-		out = append(out, policy.Request{Operation: OpPlannedFailover, ID: pf.ID})
-	}
-	if rev := g.Spec.UpdateRevision; rev != "" {
-		out = append(out, policy.Request{Operation: OpOrderedUpdate, ID: rev})
-	}
-	if rp := g.Spec.RestoreInPlace; rp != nil {
-		out = append(out, policy.Request{Operation: OpRestoreInPlace, ID: rp.ID})
-	}
-	return out
-}
-
-// withdrawRemovedRequests ends what a removed or replaced request left
-// behind: its reservation (so holds are granted again) and its in-flight
-// phase, which becomes Failed/RequestWithdrawn. A transition already under
-// way is left to the safety paths, which complete it or roll it back.
-func (r *GroupReconciler) withdrawRemovedRequests(g *v1.MysqlFailoverGroup) {
-	transitionOp := ""
-	if t := g.Status.Transition; t != nil {
-		transitionOp = t.Operation
-	}
-	reqs := requests(g)
-	if res := g.Status.Reservation; res != nil && !policy.ReservationStands(policy.Request{Operation: res.Operation, ID: res.ID}, reqs, transitionOp) {
-		g.Status.Reservation = nil
-		r.failOperation(g, res.Operation, "RequestWithdrawn")
-	}
-	if pf := g.Status.PlannedFailover; pf != nil && policy.PlannedPhaseActive(pf.Phase) && transitionOp != OpPlannedFailover &&
-		!policy.ReservationStands(policy.Request{Operation: OpPlannedFailover, ID: pf.ID}, reqs, "") {
-		r.failOperation(g, OpPlannedFailover, "RequestWithdrawn")
-	}
-	if g.Status.UpdatePhase.Active() && g.Spec.UpdateRevision == "" && transitionOp != OpOrderedUpdate {
-		r.failOperation(g, OpOrderedUpdate, "RequestWithdrawn")
-	}
-	if g.Status.RestoreInPlace.Active() && transitionOp != OpRestoreInPlace &&
-		(g.Spec.RestoreInPlace == nil || g.Spec.RestoreInPlace.ID != g.Status.RestoreInPlaceID) {
-		r.failOperation(g, OpRestoreInPlace, "RequestWithdrawn")
-	}
-}
-
-// failOperation marks op's in-flight phase Failed with reason, releases its
-// reservation, and emits OperationFailed when a phase changed.
-func (r *GroupReconciler) failOperation(g *v1.MysqlFailoverGroup, op, reason string) {
-	r.releaseReservation(g, op)
-	id, changed := "", false
-	switch op {
-	case OpPlannedFailover:
-		if pf := g.Status.PlannedFailover; pf != nil && pf.Phase != v1.PlannedFailoverPhaseCompleted && pf.Phase != v1.PlannedFailoverPhaseFailed {
-			pf.Phase, pf.Reason, pf.Admission = v1.PlannedFailoverPhaseFailed, reason, nil
-			id, changed = pf.ID, true
-		}
-	case OpOrderedUpdate:
-		if g.Status.UpdatePhase.Active() {
-			g.Status.UpdatePhase, changed = v1.PhaseFailed, true
-		}
-	case OpRestoreInPlace:
-		if g.Status.RestoreInPlace.Active() {
-			g.Status.RestoreInPlace, id, changed = v1.PhaseFailed, g.Status.RestoreInPlaceID, true
-		}
-	}
-	if changed {
-		EventOperationFailed.emit(r.Recorder, g, op, id, reason)
-	}
+	op         v1.OperationName
+	id, target string
 }
 
 // gate admits a planned operation. It returns true once the operation holds
@@ -120,7 +32,7 @@ func (r *GroupReconciler) failOperation(g *v1.MysqlFailoverGroup, op, reason str
 // of the two sees the other, and never both proceed.
 func (r *GroupReconciler) gate(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, st *step, o gated) (bool, error) {
 	if res := g.Status.Reservation; res != nil && (res.Operation != o.op || res.ID != o.id) {
-		o.waiting("Waiting", fmt.Sprintf("waiting for %s %s to finish", res.Operation, res.ID))
+		setPhase(g, o.op, v1.PhaseAdmitting, "Waiting", &v1.Admission{Message: fmt.Sprintf("waiting for %s %s to finish", res.Operation, res.ID)})
 		st.after(waitRetry)
 		return false, nil
 	}
@@ -148,11 +60,13 @@ func (r *GroupReconciler) gate(ctx context.Context, g *v1.MysqlFailoverGroup, si
 		return true, nil
 	case policy.DeferForHold:
 		g.Status.Reservation = nil
-		o.deferred(adm)
-		if !o.wasDeferred {
+		wasDeferred := g.Status.Operation(o.op, &g.Spec).Phase == v1.PhaseDeferred
+		setPhase(g, o.op, v1.PhaseDeferred, v1.DeferReasonDeploymentHold,
+			&v1.Admission{DeferReason: v1.DeferReasonDeploymentHold, RetryTime: microTime(adm.RetryTime), Message: adm.Message})
+		if !wasDeferred {
 			EventPlannedFailoverDeferred.emit(r.Recorder, g, o.op, o.id, adm.RetryTime.UTC().Format(time.RFC3339Nano), adm.Message)
 			if r.Metrics != nil {
-				r.Metrics.Deferred.WithLabelValues(g.Namespace, g.Name, o.op).Inc()
+				r.Metrics.Deferred.WithLabelValues(g.Namespace, g.Name, string(o.op)).Inc()
 			}
 		}
 		// Look again just after the earliest hold lapses; a renewal or
@@ -164,7 +78,7 @@ func (r *GroupReconciler) gate(ctx context.Context, g *v1.MysqlFailoverGroup, si
 		if reason == "" {
 			reason = "Waiting"
 		}
-		o.waiting(reason, adm.Message)
+		setPhase(g, o.op, v1.PhaseAdmitting, reason, &v1.Admission{Message: adm.Message})
 		st.after(waitRetry)
 	}
 	return false, nil
@@ -180,7 +94,7 @@ func (r *GroupReconciler) gate(ctx context.Context, g *v1.MysqlFailoverGroup, si
 // once; and the operation waits: it returns false, the reason
 // (policy.WaitSiteUnreachable naming the site, policy.WaitTargetNotReady or
 // policy.WaitFenceFailed) and the message.
-func (r *GroupReconciler) fenceOthers(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, op, id, target string, st *step) (ok bool, reason, msg string) {
+func (r *GroupReconciler) fenceOthers(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, op v1.OperationName, id, target string, st *step) (ok bool, reason, msg string) {
 	if ready, reason, msg := policy.PlannedReady(sites, target, g.Status.ActiveSite); !ready {
 		st.after(waitRetry)
 		return false, reason, msg
@@ -240,7 +154,7 @@ func (r *GroupReconciler) confirmAdmission(ctx context.Context, g *v1.MysqlFailo
 	return adm, err
 }
 
-func (r *GroupReconciler) releaseReservation(g *v1.MysqlFailoverGroup, op string) {
+func (r *GroupReconciler) releaseReservation(g *v1.MysqlFailoverGroup, op v1.OperationName) {
 	if res := g.Status.Reservation; res != nil && res.Operation == op {
 		g.Status.Reservation = nil
 	}

@@ -181,8 +181,8 @@ func (f *fixture) events(reason string, want int) []corev1.Event {
 	}
 }
 
-func (f *fixture) deferredCount(op string) float64 {
-	return testutil.ToFloat64(f.metrics.Deferred.WithLabelValues(f.ns, "playground", op))
+func (f *fixture) deferredCount(op v1.OperationName) float64 {
+	return testutil.ToFloat64(f.metrics.Deferred.WithLabelValues(f.ns, "playground", string(op)))
 }
 
 func mustContain(t *testing.T, s string, subs ...string) {

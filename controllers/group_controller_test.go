@@ -80,8 +80,8 @@ func TestPlannedFailoverDefersBehindAHoldAndFencesTheMigration(t *testing.T) {
 	if g.Status.Reservation != nil || g.Status.TopologyGeneration != 1 {
 		t.Fatalf("deferred but reservation %+v generation %d", g.Status.Reservation, g.Status.TopologyGeneration)
 	}
-	if f.deferredCount(OpPlannedFailover) != 1 {
-		t.Fatalf("deferred counter = %v", f.deferredCount(OpPlannedFailover))
+	if f.deferredCount(v1.OperationPlannedFailover) != 1 {
+		t.Fatalf("deferred counter = %v", f.deferredCount(v1.OperationPlannedFailover))
 	}
 	ev := f.events("PlannedFailoverDeferred", 1)
 	if len(ev) != 1 {
@@ -106,8 +106,8 @@ func TestPlannedFailoverDefersBehindAHoldAndFencesTheMigration(t *testing.T) {
 	if pf.Phase != v1.PlannedFailoverPhaseDeferred || !pf.Admission.RetryTime.Time.Equal(newExp) {
 		t.Fatalf("after renewal: %+v retry %v, want %v", pf, pf.Admission.RetryTime, newExp)
 	}
-	if f.deferredCount(OpPlannedFailover) != 1 {
-		t.Fatalf("deferred counter = %v after a renewal, want still 1", f.deferredCount(OpPlannedFailover))
+	if f.deferredCount(v1.OperationPlannedFailover) != 1 {
+		t.Fatalf("deferred counter = %v after a renewal, want still 1", f.deferredCount(v1.OperationPlannedFailover))
 	}
 
 	// Release: the very next reconcile proceeds.
@@ -268,8 +268,8 @@ func TestOrderedUpdateAndRestoreDeferAndBumpTheGeneration(t *testing.T) {
 	holdTok, _ := f.grant("failover-hold", "op-1", 30)
 	f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.UpdateRevision = "r7" })
 	f.settle()
-	if g := f.get(); g.Status.UpdatePhase != v1.PhaseDeferred || f.deferredCount(OpOrderedUpdate) != 1 {
-		t.Fatalf("ordered update during a hold: phase %q count %v", g.Status.UpdatePhase, f.deferredCount(OpOrderedUpdate))
+	if g := f.get(); g.Status.UpdatePhase != v1.PhaseDeferred || f.deferredCount(v1.OperationOrderedUpdate) != 1 {
+		t.Fatalf("ordered update during a hold: phase %q count %v", g.Status.UpdatePhase, f.deferredCount(v1.OperationOrderedUpdate))
 	}
 	f.call(http.MethodDelete, "/leases/failover-hold/op-1", nil, "X-Lease-Token", holdTok)
 	f.settle()

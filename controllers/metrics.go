@@ -92,8 +92,8 @@ func (m *Metrics) initGroup(g *v1.MysqlFailoverGroup) {
 	if m == nil {
 		return
 	}
-	for _, op := range []string{OpPlannedFailover, OpOrderedUpdate, OpRestoreInPlace} {
-		m.Deferred.WithLabelValues(g.Namespace, g.Name, op)
+	for _, op := range v1.PlannedOperations {
+		m.Deferred.WithLabelValues(g.Namespace, g.Name, string(op))
 	}
 	m.BookkeepingErrors.WithLabelValues(g.Namespace, g.Name)
 	for _, reason := range revocationReasons {
@@ -191,10 +191,9 @@ func (d *deferrals) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (d *deferrals) observe(g *v1.MysqlFailoverGroup) {
-	deferred := map[string]bool{
-		OpPlannedFailover: g.Status.PlannedFailover != nil && g.Status.PlannedFailover.Phase == v1.PlannedFailoverPhaseDeferred,
-		OpOrderedUpdate:   g.Status.UpdatePhase == v1.PhaseDeferred,
-		OpRestoreInPlace:  g.Status.RestoreInPlace == v1.PhaseDeferred,
+	deferred := map[string]bool{}
+	for _, op := range v1.PlannedOperations {
+		deferred[string(op)] = g.Status.Operation(op, nil).Phase == v1.PhaseDeferred
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

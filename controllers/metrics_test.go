@@ -21,7 +21,7 @@ import (
 )
 
 // deferralAge reads the age series of op, or -1 when it is absent.
-func (f *fixture) deferralAge(op string) float64 {
+func (f *fixture) deferralAge(op v1.OperationName) float64 {
 	f.t.Helper()
 	fams, err := f.reg.Gather()
 	if err != nil {
@@ -36,7 +36,7 @@ func (f *fixture) deferralAge(op string) float64 {
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["namespace"] == f.ns && labels["operation"] == op {
+			if labels["namespace"] == f.ns && labels["operation"] == string(op) {
 				return m.GetGauge().GetValue()
 			}
 		}
@@ -68,11 +68,11 @@ func TestMetricsFollowTheGroup(t *testing.T) {
 		g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
 	})
 	f.settle()
-	if age := f.deferralAge(OpPlannedFailover); age != 0 {
+	if age := f.deferralAge(v1.OperationPlannedFailover); age != 0 {
 		t.Fatalf("deferral age %v right after the deferral, want 0", age)
 	}
 	f.clock.Step(40 * time.Second)
-	if age := f.deferralAge(OpPlannedFailover); age != 40 {
+	if age := f.deferralAge(v1.OperationPlannedFailover); age != 40 {
 		t.Fatalf("deferral age %v after 40 s, want 40", age)
 	}
 
@@ -92,7 +92,7 @@ func TestMetricsFollowTheGroup(t *testing.T) {
 	if g := f.get(); g.Status.TopologyGeneration != 2 {
 		t.Fatalf("the planned failover did not proceed: %+v", g.Status.PlannedFailover)
 	}
-	if age := f.deferralAge(OpPlannedFailover); age != -1 {
+	if age := f.deferralAge(v1.OperationPlannedFailover); age != -1 {
 		t.Fatalf("deferral age %v after the failover, want no series", age)
 	}
 	if got := testutil.ToFloat64(m.Generation.WithLabelValues(f.ns, "playground")); got != 2 {

@@ -25,11 +25,7 @@ func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *v1.Mysq
 			if target == "" {
 				target = g.Status.ActiveSite
 			}
-			ok, err := r.gate(ctx, g, sites, st, gated{op: OpOrderedUpdate, id: rev, target: target,
-				wasDeferred: g.Status.UpdatePhase == v1.PhaseDeferred,
-				deferred:    func(policy.Admission) { g.Status.UpdatePhase = v1.PhaseDeferred },
-				waiting:     func(string, string) { g.Status.UpdatePhase = v1.PhaseAdmitting },
-			})
+			ok, err := r.gate(ctx, g, sites, st, gated{op: v1.OperationOrderedUpdate, id: rev, target: target})
 			if err != nil || !ok {
 				return err
 			}
@@ -51,12 +47,12 @@ func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *v1.Mysq
 			target := policy.BestSite(sites, g.Status.ActiveSite)
 			// The update keeps its reservation while it waits; no transition
 			// is written until every other site is fenced and confirmed.
-			if ok, _, _ := r.fenceOthers(ctx, g, sites, OpOrderedUpdate, rev, target, st); !ok {
+			if ok, _, _ := r.fenceOthers(ctx, g, sites, v1.OperationOrderedUpdate, rev, target, st); !ok {
 				return nil
 			}
 			// On success the phase moves to UpdatingFormerPrimary in the same
 			// status write as the generation bump.
-			if err := r.promote(ctx, g, OpOrderedUpdate, target); err != nil {
+			if err := r.promote(ctx, g, v1.OperationOrderedUpdate, target); err != nil {
 				return err
 			}
 			continue
@@ -67,11 +63,11 @@ func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *v1.Mysq
 				}
 			}
 			g.Status.UpdatePhase, g.Status.UpdatedRevision = v1.PhaseCompleted, rev
-			r.releaseReservation(g, OpOrderedUpdate)
+			r.releaseReservation(g, v1.OperationOrderedUpdate)
 			if err := r.writeStatus(ctx, g); err != nil {
 				return err
 			}
-			EventOperationCompleted.emit(r.Recorder, g, OpOrderedUpdate, rev)
+			EventOperationCompleted.emit(r.Recorder, g, v1.OperationOrderedUpdate, rev)
 			return nil
 		default:
 			return fmt.Errorf("unknown update phase %q", g.Status.UpdatePhase)

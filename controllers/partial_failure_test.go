@@ -15,7 +15,6 @@ import (
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/policy"
 	"github.com/shipstream/bloodraven/topology"
 )
 
@@ -220,15 +219,14 @@ func TestTheAdmissionConfirmsLapsedHoldsOnReEntry(t *testing.T) {
 	f.requestPlanned("req-1")
 	g := f.get()
 	g.Status.PlannedFailover = &v1.PlannedFailoverStatus{ID: "req-1", TargetSite: "pdx", Phase: v1.PlannedFailoverPhaseAdmitting}
-	g.Status.Reservation = &v1.OperationReservation{Operation: OpPlannedFailover, ID: "req-1", ReservedAt: metav1.NewTime(f.clock.Now())}
+	g.Status.Reservation = &v1.OperationReservation{Operation: v1.OperationPlannedFailover, ID: "req-1", ReservedAt: metav1.NewTime(f.clock.Now())}
 	if err := env.Client.Status().Update(f.ctx, g); err != nil {
 		t.Fatal(err)
 	}
 	f.clock.Step(10 * time.Second) // the hold lapsed; its record still says active
 	sites, _ := f.driver.Probe(f.ctx, g)
 	var st step
-	ok, err := f.rec.gate(f.ctx, g, sites, &st, gated{op: OpPlannedFailover, id: "req-1", target: "pdx",
-		deferred: func(policy.Admission) {}, waiting: func(string, string) {}})
+	ok, err := f.rec.gate(f.ctx, g, sites, &st, gated{op: v1.OperationPlannedFailover, id: "req-1", target: "pdx"})
 	if err != nil || !ok {
 		t.Fatalf("gate: %v %v", ok, err)
 	}
@@ -290,7 +288,7 @@ func TestAResumedPlannedTransitionNeverSkipsALostSite(t *testing.T) {
 	f := newFixture(t, true)
 	f.settle()
 	g := f.get()
-	g.Status.Transition = &v1.TopologyTransition{Operation: OpPlannedFailover, TargetSite: "pdx", Generation: 2, StartedAt: metav1.NewTime(f.clock.Now())}
+	g.Status.Transition = &v1.TopologyTransition{Operation: v1.OperationPlannedFailover, TargetSite: "pdx", Generation: 2, StartedAt: metav1.NewTime(f.clock.Now())}
 	if err := env.Client.Status().Update(f.ctx, g); err != nil {
 		t.Fatal(err)
 	}

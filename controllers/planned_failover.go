@@ -38,26 +38,15 @@ func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *v1.My
 		}
 		return r.completePlanned(ctx, g, reason)
 	case policy.StepPromote:
-		return r.promote(ctx, g, OpPlannedFailover, target)
+		return r.promote(ctx, g, v1.OperationPlannedFailover, target)
 	}
 	// StepAdmit
-	ok, err := r.gate(ctx, g, sites, st, gated{
-		op: OpPlannedFailover, id: req.ID, target: target,
-		wasDeferred: pf().Phase == v1.PlannedFailoverPhaseDeferred,
-		deferred: func(adm policy.Admission) {
-			pf().Phase, pf().Reason = v1.PlannedFailoverPhaseDeferred, v1.DeferReasonDeploymentHold
-			pf().Admission = &v1.Admission{DeferReason: v1.DeferReasonDeploymentHold, RetryTime: microTime(adm.RetryTime), Message: adm.Message}
-		},
-		waiting: func(reason, msg string) {
-			pf().Phase, pf().Reason = v1.PlannedFailoverPhaseAdmitting, reason
-			pf().Admission = &v1.Admission{Message: msg}
-		},
-	})
+	ok, err := r.gate(ctx, g, sites, st, gated{op: v1.OperationPlannedFailover, id: req.ID, target: target})
 	if err != nil || !ok {
 		return err
 	}
-	if ok, reason, msg := r.fenceOthers(ctx, g, sites, OpPlannedFailover, req.ID, target, st); !ok {
-		r.releaseReservation(g, OpPlannedFailover)
+	if ok, reason, msg := r.fenceOthers(ctx, g, sites, v1.OperationPlannedFailover, req.ID, target, st); !ok {
+		r.releaseReservation(g, v1.OperationPlannedFailover)
 		pf().Phase, pf().Reason = v1.PlannedFailoverPhaseAdmitting, reason
 		pf().Admission = &v1.Admission{Message: msg}
 		return nil
@@ -65,18 +54,18 @@ func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *v1.My
 	pf().Phase, pf().Reason, pf().Admission = v1.PlannedFailoverPhasePromoting, "", nil
 	held, reason := policy.AutomaticFailoverHeld(pf())
 	setCondition(g, v1.ConditionAutomaticFailoverHeld, held, reason, "planned failover "+req.ID+" is moving the primary", r.now())
-	return r.promote(ctx, g, OpPlannedFailover, target)
+	return r.promote(ctx, g, v1.OperationPlannedFailover, target)
 }
 
 func (r *GroupReconciler) completePlanned(ctx context.Context, g *v1.MysqlFailoverGroup, reason string) error {
 	pf := g.Status.PlannedFailover
 	pf.Phase, pf.Reason, pf.Admission = v1.PlannedFailoverPhaseCompleted, reason, nil
-	r.releaseReservation(g, OpPlannedFailover)
+	r.releaseReservation(g, v1.OperationPlannedFailover)
 	held, why := policy.AutomaticFailoverHeld(pf)
 	setCondition(g, v1.ConditionAutomaticFailoverHeld, held, why, "", r.now())
 	if err := r.writeStatus(ctx, g); err != nil {
 		return err
 	}
-	EventOperationCompleted.emit(r.Recorder, g, OpPlannedFailover, pf.ID)
+	EventOperationCompleted.emit(r.Recorder, g, v1.OperationPlannedFailover, pf.ID)
 	return nil
 }

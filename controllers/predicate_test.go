@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -123,5 +124,20 @@ func TestALostOrMovingPrimaryIsReconciledAheadOfRoutineWork(t *testing.T) {
 				t.Fatalf("priority %v, want %d (it must always be set: the queue keeps an earlier urgency otherwise)", got, tc.want)
 			}
 		})
+	}
+}
+
+// The controller's table of operations is v1alpha1's list, in its order
+// (the order reconcileOperations runs them and stability reports them).
+func TestTheOperationTableIsThePlannedOperations(t *testing.T) {
+	var names []v1.OperationName
+	for _, op := range operations() {
+		names = append(names, op.name)
+		if op.request == nil || op.reconcile == nil || op.promoting == "" || op.promoted == "" {
+			t.Errorf("%s: incomplete entry", op.name)
+		}
+	}
+	if !slices.Equal(names, v1.PlannedOperations) {
+		t.Errorf("table %v, want %v", names, v1.PlannedOperations)
 	}
 }

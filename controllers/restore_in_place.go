@@ -29,11 +29,7 @@ func (r *GroupReconciler) reconcileRestoreInPlace(ctx context.Context, g *v1.Mys
 		}
 		switch step {
 		case policy.StepAdmit:
-			ok, err := r.gate(ctx, g, sites, st, gated{op: OpRestoreInPlace, id: req.ID, target: target,
-				wasDeferred: g.Status.RestoreInPlace == v1.PhaseDeferred,
-				deferred:    func(policy.Admission) { g.Status.RestoreInPlace = v1.PhaseDeferred },
-				waiting:     func(string, string) { g.Status.RestoreInPlace = v1.PhaseAdmitting },
-			})
+			ok, err := r.gate(ctx, g, sites, st, gated{op: v1.OperationRestoreInPlace, id: req.ID, target: target})
 			if err != nil || !ok {
 				return err
 			}
@@ -46,12 +42,12 @@ func (r *GroupReconciler) reconcileRestoreInPlace(ctx context.Context, g *v1.Mys
 		case policy.StepPromote:
 			// No transition is written until every other site is fenced and
 			// confirmed; the restore keeps its reservation while it waits.
-			if ok, _, _ := r.fenceOthers(ctx, g, sites, OpRestoreInPlace, req.ID, target, st); !ok {
+			if ok, _, _ := r.fenceOthers(ctx, g, sites, v1.OperationRestoreInPlace, req.ID, target, st); !ok {
 				return nil
 			}
 			// On success the phase becomes Completed in the same status write
 			// as the generation bump.
-			return r.promote(ctx, g, OpRestoreInPlace, target)
+			return r.promote(ctx, g, v1.OperationRestoreInPlace, target)
 		default:
 			return fmt.Errorf("unknown restore phase %q", g.Status.RestoreInPlace)
 		}

@@ -10,15 +10,6 @@ import (
 	"github.com/shipstream/bloodraven/topology"
 )
 
-// Operations that move the primary, as recorded in status.transition.
-const (
-	OpBootstrap         = "Bootstrap"
-	OpPlannedFailover   = "PlannedFailover"
-	OpEmergencyFailover = "EmergencyFailover"
-	OpOrderedUpdate     = "OrderedUpdate"
-	OpRestoreInPlace    = "RestoreInPlace"
-)
-
 // reconcileTopology takes the safety paths. It never reads a deployment
 // lease: policy.DecideTopology has no lease input. It reports whether it
 // changed the data plane or the fence.
@@ -33,7 +24,7 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 	}
 	if t := g.Status.Transition; t != nil {
 		in.Transition = &policy.Transition{TargetSite: t.TargetSite, StartedAt: t.StartedAt.Time,
-			Failures: t.Failures, Bootstrap: t.Operation == OpBootstrap}
+			Failures: t.Failures, Bootstrap: t.Operation == v1.OperationBootstrap}
 		if t.FailingSince != nil {
 			in.Transition.FailingSince = t.FailingSince.Time
 		}
@@ -57,7 +48,7 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 	case policy.ActionRollBack:
 		return true, r.rollBack(ctx, g, d.Reason)
 	case policy.ActionBootstrap:
-		return true, r.promote(ctx, g, OpBootstrap, d.Site)
+		return true, r.promote(ctx, g, v1.OperationBootstrap, d.Site)
 	case policy.ActionFence:
 		if err := r.driver().Fence(ctx, g, d.Site); err != nil {
 			return false, fmt.Errorf("fence site %s: %w", d.Site, err)
@@ -77,7 +68,7 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 		return false, nil
 	case policy.ActionEmergencyPromote:
 		EventEmergencyFailover.emit(r.Recorder, g, g.Status.ActiveSite, budget, d.Site)
-		return true, r.promote(ctx, g, OpEmergencyFailover, d.Site)
+		return true, r.promote(ctx, g, v1.OperationEmergencyFailover, d.Site)
 	case policy.ActionRejoin:
 		rj, ok := r.driver().(topology.Rejoiner)
 		if !ok {
@@ -113,7 +104,7 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 // generation fences. Re-entered after a crash, it resumes from the
 // persisted transition; Driver.Promote is idempotent. A failed attempt is
 // counted in the transition, so policy.DecideTopology can roll it back.
-func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup, op, target string) error {
+func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup, op v1.OperationName, target string) error {
 	if g.Status.Transition == nil {
 		g.Status.Transition = &v1.TopologyTransition{Operation: op, TargetSite: target,
 			Generation: g.Status.TopologyGeneration + 1, StartedAt: r.now()}
@@ -122,7 +113,7 @@ func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup,
 		}
 	}
 	t := *g.Status.Transition
-	planned := t.Operation != OpEmergencyFailover && t.Operation != OpBootstrap
+	planned := t.Operation != v1.OperationEmergencyFailover && t.Operation != v1.OperationBootstrap
 	// A planned promotion (every attempt, a resumed one included) fences
 	// and confirms every other site inside Driver.Promote and fails on one
 	// it cannot reach: a failure counts like any failed promotion.
@@ -149,7 +140,7 @@ func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup,
 	if err := r.writeStatus(ctx, g); err != nil {
 		return err
 	}
-	if t.Operation == OpBootstrap {
+	if t.Operation == v1.OperationBootstrap {
 		EventBootstrapped.emit(r.Recorder, g, t.TargetSite, t.Generation)
 	} else {
 		EventPromoted.emit(r.Recorder, g, t.Operation, t.TargetSite, t.Generation)
@@ -159,36 +150,6 @@ func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup,
 	}
 	r.reconcileLeases(ctx, g, nil, true) // revoke what the new generation fenced
 	return nil
-}
-
-// advanceOperation moves the operation that asked for a completed
-// transition past its promotion, so the phase and the generation bump are
-// persisted together: a planned failover or restore-in-place completes (its
-// ID is returned for the Event), an ordered update goes on to update the
-// former primary.
-func (r *GroupReconciler) advanceOperation(g *v1.MysqlFailoverGroup, op string) (completedID string) {
-	switch op {
-	case OpPlannedFailover:
-		if pf := g.Status.PlannedFailover; pf != nil && pf.Phase == v1.PlannedFailoverPhasePromoting {
-			pf.Phase, pf.Reason, pf.Admission = v1.PlannedFailoverPhaseCompleted, "Promoted", nil
-			held, why := policy.AutomaticFailoverHeld(pf)
-			setCondition(g, v1.ConditionAutomaticFailoverHeld, held, why, "", r.now())
-			completedID = pf.ID
-		}
-	case OpOrderedUpdate:
-		if g.Status.UpdatePhase == v1.PhaseFailingOver {
-			g.Status.UpdatePhase = v1.PhaseUpdatingFormerPrimary
-		}
-		return ""
-	case OpRestoreInPlace:
-		if g.Status.RestoreInPlace == v1.PhasePromoting {
-			g.Status.RestoreInPlace, completedID = v1.PhaseCompleted, g.Status.RestoreInPlaceID
-		}
-	}
-	if completedID != "" {
-		r.releaseReservation(g, op)
-	}
-	return completedID
 }
 
 // rollBack gives up a transition whose promotion keeps failing. The target

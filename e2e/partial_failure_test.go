@@ -472,7 +472,7 @@ func (h *statusHistory) add(g *v1.MysqlFailoverGroup) {
 		sum += fmt.Sprintf(" transition=%s->%s(failures=%d %s)", tr.Operation, tr.TargetSite, tr.Failures, tr.LastError)
 	}
 	if r := st.Reservation; r != nil {
-		sum += " reservation=" + r.Operation + "/" + r.ID
+		sum += " reservation=" + string(r.Operation) + "/" + r.ID
 	}
 	if pf := st.PlannedFailover; pf != nil {
 		sum += fmt.Sprintf(" planned=%s/%s", pf.Phase, pf.Reason)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -99,7 +100,8 @@ func Admit(in AdmissionInput) Admission {
 // Request names a planned operation: its kind (PlannedFailover,
 // OrderedUpdate, RestoreInPlace) and the ID of its request.
 type Request struct {
-	Operation, ID string
+	Operation v1.OperationName
+	ID        string
 }
 
 // ReservationStands tells whether a reservation for res still belongs to a
@@ -107,7 +109,7 @@ type Request struct {
 // operation (transitionOp) is under way and must finish or roll back first.
 // A reservation that no longer stands is released at once, so 423 stays
 // transient when a request is removed or replaced.
-func ReservationStands(res Request, requests []Request, transitionOp string) bool {
+func ReservationStands(res Request, requests []Request, transitionOp v1.OperationName) bool {
 	if transitionOp != "" && transitionOp == res.Operation {
 		return true
 	}

@@ -38,12 +38,13 @@ func firstUnstableCause(st *v1.MysqlFailoverGroupStatus) string {
 		return UnstableTopologyTransition
 	case st.Reservation != nil:
 		return UnstableOperationReserved
-	case st.PlannedFailover != nil && PlannedPhaseActive(st.PlannedFailover.Phase):
-		return UnstablePlannedFailoverPrefix + string(st.PlannedFailover.Phase)
-	case st.UpdatePhase.Active():
-		return UnstableOrderedUpdate
-	case st.RestoreInPlace.Active():
-		return UnstableRestoreInPlace
+	}
+	for _, name := range v1.PlannedOperations {
+		if op := st.Operation(name, nil); op.Active() {
+			return unstableOperation(op)
+		}
+	}
+	switch {
 	case st.DragonflyUpgrade.Active():
 		return UnstableDragonflyUpgrade
 	case conditionTrue(st.Conditions, v1.ConditionAutomaticFailoverHeld):
@@ -62,14 +63,14 @@ func firstUnstableCause(st *v1.MysqlFailoverGroupStatus) string {
 	return ""
 }
 
-// PlannedPhaseActive tells whether a planned-failover phase is in flight
-// (Admitting, Deferred or Promoting).
-func PlannedPhaseActive(p v1.PlannedFailoverPhase) bool {
-	switch p {
-	case v1.PlannedFailoverPhaseAdmitting, v1.PlannedFailoverPhaseDeferred, v1.PlannedFailoverPhasePromoting:
-		return true
+// unstableOperation is the unstableReason of a running planned operation:
+// its name, and for a planned failover also its phase (for example
+// PlannedFailoverDeferred), as DESIGN.md names them.
+func unstableOperation(op v1.OperationStatus) string {
+	if op.Name == v1.OperationPlannedFailover {
+		return UnstablePlannedFailoverPrefix + string(op.Phase)
 	}
-	return false
+	return string(op.Name)
 }
 
 func conditionTrue(conds []metav1.Condition, t string) bool {

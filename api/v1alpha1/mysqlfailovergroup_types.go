@@ -228,7 +228,7 @@ type Health struct {
 type TopologyTransition struct {
 	// Operation that moves the primary: Bootstrap, PlannedFailover,
 	// EmergencyFailover, OrderedUpdate or RestoreInPlace.
-	Operation string `json:"operation"`
+	Operation OperationName `json:"operation"`
 
 	// TargetSite is the site being promoted.
 	TargetSite string `json:"targetSite"`
@@ -265,7 +265,7 @@ type TopologyTransition struct {
 // never both proceed.
 type OperationReservation struct {
 	// Operation reserved: PlannedFailover, OrderedUpdate or RestoreInPlace.
-	Operation string `json:"operation"`
+	Operation OperationName `json:"operation"`
 
 	// ID of the request (spec.plannedFailover.id, the update revision, or
 	// spec.restoreInPlace.id).
