@@ -181,7 +181,7 @@ BENCH_OUT   ?= $(ROOT)/bench.json
 .PHONY: bench
 bench: $(KUBE_APISERVER) $(ETCD) mariadb ## Measure renewals against the floor and client-go, and site loss (BENCH_QUICK=1: under 4 min); tables on stdout, JSON in BENCH_OUT.
 	BLOODRAVEN_BENCH=1 BENCH_QUICK=$(BENCH_QUICK) BENCH_OUT=$(BENCH_OUT) $(GO) test ./bench -run '^(TestLoad|TestSiteLoss)$$' -count=1 -timeout 60m -v
-	@if [ -z "$(BENCH_QUICK)" ]; then BLOODRAVEN_BENCH=1 $(GO) test ./controllers -run '^TestSiteLossOfRealMariaDB$$' -count=1 -timeout 20m -v; fi
+	@if [ -z "$(BENCH_QUICK)" ]; then BLOODRAVEN_BENCH=1 $(GO) test ./operator -run '^TestSiteLossOfRealMariaDB$$' -count=1 -timeout 20m -v; fi
 
 .PHONY: fuzz
 fuzz: ## Fuzz the request decoders and the client's answer decoder for FUZZTIME each (default 10s).

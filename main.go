@@ -30,16 +30,14 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/controllers"
-	"github.com/shipstream/bloodraven/deployapi"
 	"github.com/shipstream/bloodraven/deployclient/deploycmd"
 	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/operator"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 	"github.com/shipstream/bloodraven/server"
 	"github.com/shipstream/bloodraven/topology"
 	"github.com/shipstream/bloodraven/topology/memory"
 	mysqldriver "github.com/shipstream/bloodraven/topology/mysql"
-	"github.com/shipstream/bloodraven/topology/prober"
 	bloodravenwebhook "github.com/shipstream/bloodraven/webhook"
 )
 
@@ -209,8 +207,6 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	store := &leasestore.Store{Client: mgr.GetClient(), Cached: mgr.GetCache(), API: mgr.GetAPIReader(), Clock: clk,
-		Key: key, OnUnverified: unverified}
 	guard, err := newLeaseGuardCheck(cfg, opts.leaseGuardPolicy, ctrlmetrics.Registry, log.WithName("lease-guard"))
 	if err != nil {
 		return err
@@ -219,13 +215,29 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 		return fmt.Errorf("lease guard check: %w", err)
 	}
 	bloodravenwebhook.Register(mgr.GetWebhookServer(), mgr.GetScheme(), opts.operatorIdentity)
-	if err := addGroupController(mgr, opts, store, clk); err != nil {
+	ocfg := operator.Config{
+		Driver: topologyDriver(opts, mgr, clk), Clock: clk, Log: log.WithName("deployapi"), Metrics: ctrlmetrics.Registry,
+		RecordKey: key, OnUnverified: unverified,
+		ProbeInterval: opts.probeInterval, PrimaryProbeInterval: opts.primaryProbeInterval, Workers: opts.groupWorkers,
+		ControllerQPS: float32(opts.controllerQPS), ControllerBurst: opts.controllerBurst,
+	}
+	if opts.deployAPI {
+		kube, err := tokenReviewClient(cfg)
+		if err != nil {
+			return err
+		}
+		ocfg.DeployAPI = &operator.DeployAPIConfig{Audience: opts.deployAudience, Kube: kube}
+	}
+	parts, err := operator.New(mgr, ocfg)
+	if err != nil {
 		return err
 	}
 	if opts.deployAPI {
-		if err := addDeployAPI(mgr, tlsServer, cfg, opts, &leader, store, clk, log); err != nil {
+		api, err := parts.NewDeployAPI(leader.IsLeader, ctrlmetrics.Registry)
+		if err != nil {
 			return err
 		}
+		tlsServer.HandleDeploy(api.Handler())
 	}
 
 	aux := &server.AuxServer{
@@ -258,77 +270,30 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 	return nil
 }
 
-// addDeployAPI mounts /deploy/v1 on the TLS listener. Leases are read from
-// the manager's cache and written with resourceVersion preconditions; the
-// cache proposes the databases that may authorize a caller, and each is
-// read uncached by name, as is the group, on every request.
-func addDeployAPI(mgr ctrl.Manager, tlsServer *server.TLSServer, cfg *rest.Config, opts options, leader *server.LeaderState, store *leasestore.Store, clk clock.PassiveClock, log logr.Logger) error {
-	// TokenReviews are built-in types: speak protobuf to the API server.
+// tokenReviewClient is the deployment API's clientset for TokenReviews,
+// built-in types: it speaks protobuf to the API server.
+func tokenReviewClient(cfg *rest.Config) (kubernetes.Interface, error) {
 	pcfg := rest.CopyConfig(cfg)
 	pcfg.ContentType = "application/vnd.kubernetes.protobuf"
 	pcfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	kube, err := kubernetes.NewForConfig(pcfg)
 	if err != nil {
-		return fmt.Errorf("deploy API clientset: %w", err)
+		return nil, fmt.Errorf("deploy API clientset: %w", err)
 	}
-	if err := deployapi.IndexDatabases(context.Background(), mgr.GetFieldIndexer()); err != nil {
-		return err
-	}
-	api, err := deployapi.New(deployapi.Config{
-		Audience:  opts.deployAudience,
-		IsLeader:  leader.IsLeader,
-		Clock:     clk,
-		Kube:      kube,
-		API:       mgr.GetAPIReader(),
-		Databases: mgr.GetCache(),
-		Leases:    store,
-		Log:       log.WithName("deployapi"),
-		Metrics:   ctrlmetrics.Registry,
-		Groups:    mgr.GetCache(),
-	})
-	if err != nil {
-		return err
-	}
-	tlsServer.HandleDeploy(api.Handler())
-	return nil
+	return kube, nil
 }
 
-// addGroupController registers the MysqlFailoverGroup controller (leader
-// only) with the configured topology driver.
-func addGroupController(mgr ctrl.Manager, opts options, store *leasestore.Store, clk clock.WithTicker) error {
-	var drv topology.Driver = topology.None{}
+// topologyDriver is the driver --topology-driver names.
+func topologyDriver(opts options, mgr ctrl.Manager, clk clock.WithTicker) topology.Driver {
 	switch opts.topologyDriver {
 	case "simulated":
 		sim := memory.New()
 		sim.AutoSeed = true
-		drv = sim
+		return sim
 	case "mysql":
-		drv = mysqldriver.NewCached(secretCredentials(mgr.GetAPIReader()), clk)
+		return mysqldriver.NewCached(secretCredentials(mgr.GetAPIReader()), clk)
 	}
-	m, err := controllers.NewMetrics(ctrlmetrics.Registry, clk)
-	if err != nil {
-		return err
-	}
-	cc, api, err := controllers.OwnClients(mgr, float32(opts.controllerQPS), opts.controllerBurst)
-	if err != nil {
-		return err
-	}
-	cstore := &leasestore.Store{Client: cc, Cached: mgr.GetCache(), API: api, Clock: clk, Key: store.Key, OnUnverified: store.OnUnverified}
-	r := &controllers.GroupReconciler{
-		Client: cc, API: api, Leases: cstore, Driver: drv, Clock: clk,
-		//lint:ignore SA1019 core/v1 Events: what docs/events.md, kubectl get events and the tests read
-		Recorder: mgr.GetEventRecorderFor("bloodraven"), Metrics: m, ProbeInterval: opts.probeInterval,
-		Prober:  &prober.Prober{Driver: drv, Clock: clk, Interval: opts.primaryProbeInterval},
-		Workers: opts.groupWorkers,
-	}
-	if err := r.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("group controller: %w", err)
-	}
-	db := &controllers.DatabaseReconciler{Client: mgr.GetClient(), API: mgr.GetAPIReader(), Clock: clk}
-	if err := db.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("database controller: %w", err)
-	}
-	return nil
+	return topology.None{}
 }
 
 // secretCredentials reads a group's MySQL account from the Secret named by

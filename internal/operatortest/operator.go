@@ -41,13 +41,11 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/controllers"
-	"github.com/shipstream/bloodraven/deployapi"
 	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/operator"
 	"github.com/shipstream/bloodraven/pki"
 	"github.com/shipstream/bloodraven/testenv"
 	"github.com/shipstream/bloodraven/topology/memory"
-	"github.com/shipstream/bloodraven/topology/prober"
 )
 
 // Names of the scene.
@@ -164,26 +162,14 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 	must(t, err)
 	key, err := leasestore.LoadRecordKey(ctx, env.Client, o.Namespace, "bloodraven-lease-record-key")
 	must(t, err)
-	store := &leasestore.Store{Client: mgr.GetClient(), Cached: mgr.GetCache(), API: mgr.GetAPIReader(), Clock: o.Clock, Key: key}
-	m, err := controllers.NewMetrics(prometheus.NewRegistry(), o.Clock)
+	parts, err := operator.New(mgr, operator.Config{
+		Driver: o.Driver, Clock: skewed{d: opts.Skew}, Log: quiet(t, opts.Quiet), Metrics: prometheus.NewRegistry(),
+		RecordKey: key, ProbeInterval: opts.ProbeInterval, Workers: opts.Workers,
+		DeployAPI: &operator.DeployAPIConfig{Kube: env.Kube},
+	})
 	must(t, err)
-	cc, capi, err := controllers.OwnClients(mgr, 1000, 2000) // the operator's defaults
-	must(t, err)
-	r := &controllers.GroupReconciler{
-		Client: cc, API: capi, Driver: o.Driver, Clock: o.Clock,
-		Leases: &leasestore.Store{Client: cc, Cached: mgr.GetCache(), API: capi, Clock: o.Clock, Key: key},
-		//lint:ignore SA1019 core/v1 Events, as the operator's binary records them
-		Recorder: mgr.GetEventRecorderFor("bloodraven"), Metrics: m, ProbeInterval: opts.ProbeInterval,
-		Prober: &prober.Prober{Driver: o.Driver, Clock: skewed{d: opts.Skew}}, Workers: opts.Workers,
-	}
-	must(t, r.SetupWithManager(mgr))
-
-	must(t, deployapi.IndexDatabases(ctx, mgr.GetFieldIndexer()))
 	o.newAPI = func(isLeader func() bool) http.Handler {
-		api, err := deployapi.New(deployapi.Config{
-			IsLeader: isLeader, Clock: o.Clock, Kube: env.Kube, API: mgr.GetAPIReader(), Databases: mgr.GetCache(),
-			Leases: store, Log: quiet(t, opts.Quiet), Metrics: prometheus.NewRegistry(), Groups: mgr.GetCache(),
-		})
+		api, err := parts.NewDeployAPI(isLeader, prometheus.NewRegistry())
 		must(t, err)
 		var h http.Handler = api.Handler()
 		if opts.Wrap != nil {

@@ -1,4 +1,4 @@
-package controllers
+package operator
 
 import (
 	"context"
@@ -25,12 +25,12 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/controllers"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/mariadblocal"
 	"github.com/shipstream/bloodraven/testenv"
 	mysqldriver "github.com/shipstream/bloodraven/topology/mysql"
-	"github.com/shipstream/bloodraven/topology/prober"
 )
 
 // pair is one group's two real servers.
@@ -89,10 +89,10 @@ func rootDSN(s *mariadblocal.Server) string {
 	return cfg.FormatDSN()
 }
 
-// startFleetOperator runs the group controller as the operator wires it
-// (the SQL driver, the prober, concurrent workers, the production probe
-// interval) under a manager confined to ns.
-func startFleetOperator(t *testing.T, ns string, workers int) *GroupReconciler {
+// startFleetOperator runs the operator's parts as the binary assembles
+// them (operator.New: the SQL driver, the prober, concurrent workers, the
+// production probe interval) under a manager confined to ns.
+func startFleetOperator(t *testing.T, ns string, workers int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
@@ -108,19 +108,11 @@ func startFleetOperator(t *testing.T, ns string, workers int) *GroupReconciler {
 	drv := mysqldriver.NewCached(func(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
 		return "bloodraven", "s3cret", nil
 	}, clock.RealClock{})
-	m, err := NewMetrics(prometheus.NewRegistry(), clock.RealClock{})
+	key, err := leasestore.LoadRecordKey(ctx, env.Client, ns, "bloodraven-lease-record-key")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &GroupReconciler{
-		Client: mgr.GetClient(), API: mgr.GetAPIReader(), Driver: drv, Clock: clock.RealClock{}, Metrics: m,
-		Leases: &leasestore.Store{Client: mgr.GetClient(), Cached: mgr.GetCache(), API: mgr.GetAPIReader(), Clock: clock.RealClock{}, Key: testRecordKey},
-		//lint:ignore SA1019 core/v1 Events, as the operator's binary records them
-		Recorder: mgr.GetEventRecorderFor("bloodraven"),
-		Prober:   &prober.Prober{Driver: drv, Clock: clock.RealClock{}},
-		Workers:  workers,
-	}
-	if err := r.SetupWithManager(mgr); err != nil {
+	if _, err := New(mgr, Config{Driver: drv, Clock: clock.RealClock{}, Metrics: prometheus.NewRegistry(), RecordKey: key, Workers: workers}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -132,7 +124,6 @@ func startFleetOperator(t *testing.T, ns string, workers int) *GroupReconciler {
 		}
 		drv.Close()
 	})
-	return r
 }
 
 // waitGroups waits until every group satisfies ok.
@@ -169,7 +160,6 @@ type fleet struct {
 	ns     string
 	names  []string
 	pairs  []pair
-	r      *GroupReconciler
 	budget int32
 }
 
@@ -189,7 +179,7 @@ func startFleet(t *testing.T, n int, budget int32) *fleet {
 			t.Fatal(err)
 		}
 	}
-	f.r = startFleetOperator(t, f.ns, 0)
+	startFleetOperator(t, f.ns, 0)
 	waitGroups(t, f.ns, f.names, 2*time.Minute, "bootstrap", func(g *v1.MysqlFailoverGroup) bool {
 		return g.Status.ActiveSite == "iad" && g.Status.TopologyGeneration == 1 && g.Status.Health.ReplicationRunning
 	})
@@ -237,7 +227,7 @@ func (f *fleet) loseIad() (time.Time, []time.Duration) {
 func TestASiteLostUnderEightGroupsPromotesEachOnceAndFencesEveryReturn(t *testing.T) {
 	const n = 8
 	fl := startFleet(t, n, 5)
-	ns, names, pairs, r := fl.ns, fl.names, fl.pairs, fl.r
+	ns, names, pairs := fl.ns, fl.names, fl.pairs
 	samplers := make([]*e2etest.ReadOnlySampler, n)
 	for i, p := range pairs {
 		samplers[i] = e2etest.StartReadOnlySampler(t, map[string]string{"iad": rootDSN(p.iad), "pdx": rootDSN(p.pdx)})
@@ -256,7 +246,7 @@ func TestASiteLostUnderEightGroupsPromotesEachOnceAndFencesEveryReturn(t *testin
 			t.Fatal(err)
 		}
 	}
-	interval := r.probeInterval()
+	interval := controllers.DefaultProbeInterval // Config.ProbeInterval is left at its default
 	deadline := time.Now().Add(interval + 10*time.Second)
 	for i, s := range samplers {
 		var lat time.Duration

@@ -1,0 +1,12 @@
+package operator
+
+import (
+	"os"
+	"testing"
+
+	"github.com/shipstream/bloodraven/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, &env)) }
