@@ -55,10 +55,13 @@ import (
 // The victim runs twice: started with --namespace, and learning the
 // namespace from its first answer; both before the attacks begin. Nothing
 // changes for it: no 403, no 404, no 409 in its requests, its command runs
-// to the end and the run exits 0, and its p99 renewal latency during the
-// bursts stays within 2x of its p99 in the quiet spans (the 10 s before the
-// attacks and the pauses): measured in the same run, interleaved, so both
-// share whatever else loads the machine. A
+// to the end and the run exits 0, and the p99 latency of the victim's
+// renewals during the bursts stays within 2x of their p99 in the quiet
+// spans (the 10 s before the attacks and the pauses): measured in the same
+// run, interleaved, so both share whatever else loads the machine. The
+// renewals are the run's own and a meter's (a lease of a second group of
+// the victim's, renewed every 100 ms with the victim's token), so that
+// each side has hundreds. A
 // run started without --namespace once the same-named group exists gets
 // the ambiguity refusal at acquisition (exit 8) and starts no command.
 func TestAHostileTenantChangesNothingForTheVictim(t *testing.T) {
@@ -74,6 +77,8 @@ func TestAHostileTenantChangesNothingForTheVictim(t *testing.T) {
 	if v := e2etest.MetricValue(t, metrics, "bloodraven_lease_guard_policy_present"); v != 1 {
 		t.Fatalf("bloodraven_lease_guard_policy_present = %v with the playground's policy installed", v)
 	}
+	createMeterGroup(t, ctx, admin)
+	victimAPI := deployClient(t, p)
 
 	for _, mode := range []struct {
 		name  string
@@ -91,6 +96,7 @@ func TestAHostileTenantChangesNothingForTheVictim(t *testing.T) {
 				"--ttl", "5", "--operation-id", op}, mode.flags...),
 				"sh", "-c", `touch "$0"; while [ ! -f "$1" ]; do sleep 0.1; done`, started, stop)
 			e2etest.WaitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil })
+			m := startMeter(t, victimAPI, cfg.TLSAddr, op+"-meter")
 
 			time.Sleep(10 * time.Second) // a quiet baseline
 			unverifiedBefore := e2etest.MetricValue(t, metrics, "bloodraven_lease_records_unverified_total")
@@ -103,6 +109,7 @@ func TestAHostileTenantChangesNothingForTheVictim(t *testing.T) {
 			att.leaseWrites(t, ctx, op)
 			floodStats := <-flood.done
 			on := <-bursts
+			m.finish(t)
 			if after := e2etest.MetricValue(t, metrics, "bloodraven_lease_records_unverified_total"); after <= unverifiedBefore {
 				t.Errorf("the forged record was not counted: bloodraven_lease_records_unverified_total %v -> %v", unverifiedBefore, after)
 			}
@@ -131,15 +138,11 @@ func TestAHostileTenantChangesNothingForTheVictim(t *testing.T) {
 			qm, am := quantile(quiet, 50), quantile(attacked, 50)
 			t.Logf("%s: %d renewals quiet (p50 %.1f ms, p99 %.1f ms), %d under attack (p50 %.1f ms, p99 %.1f ms); junk: %d sent, %v answers",
 				mode.name, len(quiet), qm, qp, len(attacked), am, ap, floodStats.Sent, floodStats.ByStatus)
-			if len(quiet) < 10 || len(attacked) < 10 {
-				t.Fatalf("too few renewals to compare: %d quiet, %d under attack", len(quiet), len(attacked))
+			if len(quiet) < 100 || len(attacked) < 100 {
+				t.Fatalf("too few renewals for a p99: %d quiet, %d under attack", len(quiet), len(attacked))
 			}
-			// With about 20 renewals under attack, p99 is the slowest one, and
-			// on two shared cores one scheduling stall decides it: it is
-			// logged as a figure, not asserted (clean-clone runs gave ratios
-			// from 1.1 to 3.2). The median is asserted within 2x.
-			if am > 2*qm {
-				t.Errorf("median renewal latency under attack %.1f ms, more than 2x the quiet %.1f ms", am, qm)
+			if ap > 2*qp {
+				t.Errorf("p99 renewal latency under attack %.1f ms, more than 2x the quiet %.1f ms", ap, qp)
 			}
 			for status := range floodStats.ByStatus {
 				if status != "401" && status != "503" {
@@ -489,4 +492,79 @@ func quantile(xs []float64, q int) float64 {
 	sort.Float64s(s)
 	i := (q*len(s) + 99) / 100
 	return s[min(max(i-1, 0), len(s)-1)]
+}
+
+// meterGroup is a second group of the victim's, with no endpoints (it
+// never bootstraps, so its generation stays 0 and nothing revokes its
+// lease): the meter's lease lives there, beside the victim's run.
+const meterGroup, meterDatabase = "meter", "meter-app"
+
+// createMeterGroup creates the meter's group and a database of it that
+// lets the victim's deploy identity in.
+func createMeterGroup(t *testing.T, ctx context.Context, admin client.Client) {
+	t.Helper()
+	victim := v1.DeploymentClient{Namespace: devenv.PlaygroundNamespace, ServiceAccount: devenv.DeployServiceAccount}
+	for _, o := range []client.Object{
+		scene.Group(devenv.PlaygroundNamespace, meterGroup),
+		scene.Database(devenv.PlaygroundNamespace, meterDatabase, meterGroup, victim),
+	} {
+		if err := admin.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// meter renews a migration lease of the meter group with the victim's
+// token every 100 ms: with the run's own renewals (about one a second)
+// alone, p99 over the bursts is the slowest of some 20 renewals, and one
+// scheduling stall on two shared cores decides it. With the meter there
+// are hundreds on each side, so p99 is a percentile.
+type meter struct {
+	stop     chan struct{}
+	done     chan struct{}
+	failures []string // renewals not answered 200, and transport errors
+	renewals int
+}
+
+func startMeter(t *testing.T, c *tlsClient, addr, op string) *meter {
+	t.Helper()
+	base := "https://" + addr + "/deploy/v1/groups/" + meterGroup
+	ns := "?namespace=" + devenv.PlaygroundNamespace
+	var token string
+	e2etest.WaitFor(t, 30*time.Second, func() bool { // until the operator's cache has the group
+		st, body, err := c.do(http.MethodPost, base+"/leases"+ns,
+			map[string]any{"kind": "migration", "operationId": op, "instance": meterDatabase, "ttlSeconds": 5})
+		token, _ = body["token"].(string)
+		return err == nil && (st == http.StatusCreated || st == http.StatusOK) && token != ""
+	})
+	m := &meter{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-m.stop:
+				_, _, _ = c.do(http.MethodDelete, base+"/leases/migration/"+op+ns, nil, "X-Lease-Token", token)
+				return
+			case <-tick.C:
+			}
+			st, body, err := c.do(http.MethodPut, base+"/leases/migration/"+op+ns, map[string]any{"token": token})
+			m.renewals++
+			if err != nil || st != http.StatusOK {
+				m.failures = append(m.failures, fmt.Sprintf("%d %v %v", st, body, err))
+			}
+		}
+	}()
+	return m
+}
+
+// finish stops the meter, releases its lease and reports its failures.
+func (m *meter) finish(t *testing.T) {
+	t.Helper()
+	close(m.stop)
+	<-m.done
+	if len(m.failures) > 0 {
+		t.Errorf("%d of the meter's %d renewals failed, first: %s", len(m.failures), m.renewals, m.failures[0])
+	}
 }
