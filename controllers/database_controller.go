@@ -11,8 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
@@ -36,6 +39,10 @@ type DatabaseReconciler struct {
 	Client client.Client
 	API    client.Reader
 	Clock  clock.PassiveClock
+	// GroupIndex, when set, is a cache index of MysqlDatabases by
+	// spec.groupRef.name (deployapi.GroupRefField): a group's databases are
+	// found by it instead of a scan of the namespace.
+	GroupIndex string
 }
 
 // Reconcile writes the database's conditions when they changed.
@@ -84,15 +91,28 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 func (r *DatabaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1.MysqlDatabase{}).
-		Watches(&v1.MysqlFailoverGroup{}, handler.EnqueueRequestsFromMapFunc(r.databasesOf(mgr.GetClient()))).
+		Watches(&v1.MysqlFailoverGroup{}, handler.EnqueueRequestsFromMapFunc(r.databasesOf(mgr.GetClient())),
+			builder.WithPredicates(groupExistence)).
 		Complete(r)
+}
+
+// groupExistence passes a group's creation and deletion, all a database's
+// status depends on, and drops its updates: a failing-over fleet writes
+// every group's status several times, and each write would otherwise
+// queue every database of the group for two uncached GETs.
+var groupExistence = predicate.Funcs{
+	UpdateFunc: func(event.UpdateEvent) bool { return false },
 }
 
 // databasesOf maps a group to the databases in its namespace that name it.
 func (r *DatabaseReconciler) databasesOf(c client.Reader) handler.MapFunc {
 	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		opts := []client.ListOption{client.InNamespace(obj.GetNamespace())}
+		if r.GroupIndex != "" {
+			opts = append(opts, client.MatchingFields{r.GroupIndex: obj.GetName()})
+		}
 		var list v1.MysqlDatabaseList
-		if err := c.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
+		if err := c.List(ctx, &list, opts...); err != nil {
 			return nil
 		}
 		var out []reconcile.Request

@@ -2,15 +2,24 @@ package controllers
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/internal/scene"
 )
 
 func TestDatabaseStatusSaysWhetherItsGroupExistsAndWhoMayDeploy(t *testing.T) {
@@ -56,4 +65,103 @@ func TestDatabaseStatusSaysWhetherItsGroupExistsAndWhoMayDeploy(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(metav1.ConditionTrue, metav1.ConditionTrue)
+}
+
+// countingReader counts the uncached reads of the database controller.
+type countingReader struct {
+	client.Reader
+	gets atomic.Int64
+}
+
+func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.gets.Add(1)
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// A failing-over fleet writes each group's status several times. Those
+// writes cost the database controller nothing: a database's status depends
+// only on its group's existence, so only a group's creation and deletion
+// reach it. Before the fix every status write of a group queued each of
+// its databases for two uncached GETs (at 5,000 groups and 10,000
+// databases, a site loss paid for it in its last promotion).
+func TestAGroupsStatusWritesCostTheDatabaseControllerNothing(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ns := env.Namespace(t)
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 env.Scheme,
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := &countingReader{Reader: mgr.GetAPIReader()}
+	r := &DatabaseReconciler{Client: mgr.GetClient(), API: api, Clock: clock.RealClock{}}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	g := scene.Group(ns, "orders")
+	if err := env.Client.Create(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"orders-app", "orders-reports"} {
+		if err := env.Client.Create(ctx, scene.Database(ns, name, "orders")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	groupFound := func(want metav1.ConditionStatus) bool {
+		for _, name := range []string{"orders-app", "orders-reports"} {
+			db := &v1.MysqlDatabase{}
+			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, db); err != nil {
+				t.Fatal(err)
+			}
+			if c := meta.FindStatusCondition(db.Status.Conditions, DatabaseGroupFound); c == nil || c.Status != want {
+				return false
+			}
+		}
+		return true
+	}
+	waitUntil(t, 30*time.Second, "the databases see their group", func() bool { return groupFound(metav1.ConditionTrue) })
+	time.Sleep(time.Second) // the creations' last reconciles
+	before := api.gets.Load()
+
+	for i := range 20 {
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
+				return err
+			}
+			g.Status.TopologyGeneration = int64(i + 1)
+			return env.Client.Status().Update(ctx, g)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	if n := api.gets.Load() - before; n != 0 {
+		t.Errorf("20 status writes of the group cost the database controller %d uncached GETs, want 0", n)
+	}
+
+	// Its existence still reaches the databases.
+	if err := env.Client.Delete(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "the databases see their group gone", func() bool { return groupFound(metav1.ConditionFalse) })
+}
+
+func waitUntil(t *testing.T, timeout time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
