@@ -23,7 +23,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -150,16 +149,9 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 		return err
 	}
 	tlsServer := server.NewTLSServer(tlsOpts)
-	cacheOpts := cache.Options{ByObject: leasestore.CacheByObject()}
-	if len(opts.watchNamespaces) > 0 {
-		// The namespaced install: every informer, and so every
-		// reconcile and every proposal of the deployment API, is
-		// confined to these namespaces (and the Role bindings there).
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range opts.watchNamespaces {
-			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
-		}
-	}
+	// The namespaced install (--watch-namespaces) confines every informer,
+	// and so every reconcile and every proposal of the deployment API.
+	cacheOpts := operator.CacheOptions(opts.watchNamespaces...)
 	scheme := bloodravenscheme.New()
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/shipstream/bloodraven/controllers"
 	"github.com/shipstream/bloodraven/deployapi"
@@ -116,14 +117,17 @@ func New(mgr ctrl.Manager, cfg Config) (*Parts, error) {
 	if err := p.Group.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("group controller: %w", err)
 	}
-	p.Database = &controllers.DatabaseReconciler{Client: mgr.GetClient(), API: mgr.GetAPIReader(), Clock: cfg.Clock}
+	// The deployment API proposes a caller's databases from this index,
+	// and the database controller finds a group's databases by it.
+	if err := deployapi.IndexDatabases(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return nil, err
+	}
+	p.Database = &controllers.DatabaseReconciler{Client: mgr.GetClient(), API: mgr.GetAPIReader(), Clock: cfg.Clock,
+		GroupIndex: deployapi.GroupRefField}
 	if err := p.Database.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("database controller: %w", err)
 	}
 	if d := cfg.DeployAPI; d != nil {
-		if err := deployapi.IndexDatabases(context.Background(), mgr.GetFieldIndexer()); err != nil {
-			return nil, err
-		}
 		p.NewDeployAPI = func(isLeader func() bool, reg prometheus.Registerer) (*deployapi.Server, error) {
 			return deployapi.New(deployapi.Config{
 				Audience: d.Audience, IsLeader: isLeader, Clock: cfg.Clock, Kube: d.Kube,
@@ -141,3 +145,18 @@ const (
 	DefaultControllerQPS   = 1000
 	DefaultControllerBurst = 2000
 )
+
+// CacheOptions is the manager's cache: deployment Leases by label, never a
+// tombstone once announced (leasestore.CacheByObject), and, when
+// namespaces are given, every informer confined to them (the namespaced
+// install: every reconcile and every proposal of the deployment API).
+func CacheOptions(namespaces ...string) cache.Options {
+	opts := cache.Options{ByObject: leasestore.CacheByObject()}
+	if len(namespaces) > 0 {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return opts
+}

@@ -35,7 +35,6 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -149,11 +148,8 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 		cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: env.Scheme,
-		Cache: cache.Options{
-			DefaultNamespaces: map[string]cache.Config{o.Namespace: {}},
-			ByObject:          leasestore.CacheByObject(),
-		},
+		Scheme:                 env.Scheme,
+		Cache:                  operator.CacheOptions(o.Namespace),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
