@@ -37,7 +37,11 @@ func groupName(i int) string { return fmt.Sprintf("bench-%03d", i) }
 func dbName(i int) string { return groupName(i) + "-app" }
 
 func newScene(t *testing.T) *scene {
-	o := operatortest.Start(t, env, operatortest.Options{Quiet: true})
+	return sceneFor(t, operatortest.Start(t, env, operatortest.Options{Quiet: true}))
+}
+
+// sceneFor is the scene of an operator already started.
+func sceneFor(t *testing.T, o *operatortest.Operator) *scene {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS, cfg.Burst = 5000, 10000
 	d, err := newDeployClient(o.URL, o.CAFile)

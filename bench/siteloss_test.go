@@ -58,8 +58,37 @@ type SiteLossRow struct {
 	// every 10 s), measured before the fault.
 	RoutineRequestsPerGroupSecond float64 `json:"routineRequestsPerGroupSecond"`
 	// HeapMiB is this process's live heap (the operator, its caches, the
-	// bench) after a GC, with the fleet quiet.
+	// bench) after a GC, with the fleet quiet: N groups and 2N databases.
 	HeapMiB float64 `json:"heapMiB"`
+	// RenewalRatio is one client's renewals per second over HTTPS divided
+	// by the floor's (a raw client's GET database, GET group, PUT Lease),
+	// both measured with the fleet quiet and reconciled (every group
+	// probed every 10 s), one cell after the other.
+	RenewalRatio float64 `json:"renewalRatio"`
+}
+
+// renewalRatio runs the floor and then the product with one client, a
+// cell each, and returns the product's ops/s over the floor's.
+func (s *scene) renewalRatio(ctx context.Context, floor *floorWorker, cell string, warmup, measure time.Duration) (float64, error) {
+	fc, err := runCell(ctx, []op{floor.op}, warmup, measure)
+	if err != nil {
+		return 0, err
+	}
+	product, err := s.productWorkers(ctx, 1, cell)
+	if err != nil {
+		return 0, err
+	}
+	pc, err := runCell(ctx, []op{product[0].op}, warmup, measure)
+	if err != nil {
+		return 0, err
+	}
+	if err := s.releaseProduct(ctx, product); err != nil {
+		return 0, err
+	}
+	if fc.OpsPerSecond == 0 || pc.Errors > 0 {
+		return 0, fmt.Errorf("renewal cells: floor %.0f ops/s, product %d errors (first: %s)", fc.OpsPerSecond, pc.Errors, pc.FirstErr)
+	}
+	return pc.OpsPerSecond / fc.OpsPerSecond, nil
 }
 
 // quiet measures the fleet's routine API cost and the heap.
@@ -99,7 +128,7 @@ func TestSiteLoss(t *testing.T) {
 	}
 	sizes := []int{10, 100, 1000, 5000}
 	if os.Getenv("BENCH_QUICK") != "" {
-		sizes = []int{10, 100}
+		sizes = []int{10, 100, 1000}
 	}
 	if v := os.Getenv("BENCH_SITELOSS_SIZES"); v != "" { // e.g. 10,100
 		sizes = nil
@@ -117,6 +146,16 @@ func TestSiteLoss(t *testing.T) {
 	o := operatortest.Start(t, env, operatortest.Options{Quiet: true, ProbeInterval: 10 * time.Second,
 		FailureDetectionSeconds: budget})
 	sl := &siteLoss{o: o, active: map[string]string{}}
+	// One group of the renewal cells (bench-000, with its database), and
+	// the floor's Lease, beside the fleet.
+	sc := sceneFor(t, o)
+	must(t, sc.addGroups(ctx, 1, 1))
+	floor, err := sc.newFloorWorkers(ctx, 1)
+	must(t, err)
+	warmup, measure := time.Second, 5*time.Second
+	if os.Getenv("BENCH_QUICK") != "" {
+		warmup, measure = 500*time.Millisecond, 2500*time.Millisecond
+	}
 	var rows []SiteLossRow
 	for _, n := range sizes {
 		step(t, "site loss: %d groups", n)
@@ -131,6 +170,10 @@ func TestSiteLoss(t *testing.T) {
 		if err != nil {
 			t.Fatalf("quiet fleet of %d: %v", n, err)
 		}
+		ratio, err := sc.renewalRatio(ctx, floor[0], fmt.Sprintf("fleet%d", n), warmup, measure)
+		if err != nil {
+			t.Fatalf("renewals beside a fleet of %d: %v", n, err)
+		}
 		for _, fault := range []string{faultHung, faultRefused} {
 			row, err := sl.lose(ctx, fault, 2*time.Duration(siteLossTarget(n, budget))*time.Second+time.Minute)
 			if err != nil {
@@ -138,7 +181,7 @@ func TestSiteLoss(t *testing.T) {
 				continue
 			}
 			row.BudgetSeconds, row.Target = budget, siteLossTarget(n, budget)
-			row.RoutineRequestsPerGroupSecond, row.HeapMiB = routine, heap
+			row.RoutineRequestsPerGroupSecond, row.HeapMiB, row.RenewalRatio = routine, heap, ratio
 			rows = append(rows, row)
 			t.Logf("%d groups %s: first %.1f s, median %.1f s, last %.1f s", n, fault, row.First, row.Median, row.Last)
 			if err := sl.recover(ctx, 3*time.Minute); err != nil {
@@ -161,8 +204,8 @@ type siteLoss struct {
 
 func siteLossGroup(i int) string { return fmt.Sprintf("fleet-%05d", i) }
 
-// grow creates groups until there are n, seeds them (iad primary) and
-// waits for their bootstrap.
+// grow creates groups until there are n, seeds them (iad primary), gives
+// each two MysqlDatabases and waits for their bootstrap.
 func (s *siteLoss) grow(ctx context.Context, n int, budget int32) error {
 	from := len(s.groups)
 	fresh := make([]*v1.MysqlFailoverGroup, n-from)
@@ -183,6 +226,19 @@ func (s *siteLoss) grow(ctx context.Context, n int, budget int32) error {
 		return err
 	}
 	s.groups = append(s.groups, fresh...)
+	// Two databases per group (10,000 at 5,000 groups): what the cache and
+	// the database controller hold in a real fleet.
+	err = parallel(2*(n-from), 16, func(_, k int) error {
+		g := fresh[k/2]
+		return env.Client.Create(ctx, &v1.MysqlDatabase{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-db%d", g.Name, k%2), Namespace: s.o.Namespace},
+			Spec: v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: g.Name}, DatabaseName: "app",
+				DeploymentClients: []v1.DeploymentClient{{Namespace: s.o.ClientNamespace, ServiceAccount: operatortest.ServiceAccount}}},
+		})
+	})
+	if err != nil {
+		return err
+	}
 	return s.waitAll(ctx, 5*time.Minute, func(g *v1.MysqlFailoverGroup) bool {
 		return g.Status.TopologyGeneration >= 1 && g.Status.Transition == nil
 	})
@@ -334,15 +390,15 @@ func siteLossTable(rows []SiteLossRow) string {
 	fmt.Fprintf(&b, "site loss: every group's primary lost at the same instant; seconds from the fault to each group's new topologyGeneration (status.topologyGenerationTime)\n")
 	fmt.Fprintf(&b, "hung = accepts and never answers (simulated: every call to it costs %s, the probe bound); refused = connections refused at once\n", topology.ProbeTimeout)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "groups\tfault\tdriver\tbudget s\tfirst s\tmedian s\tlast s\ttarget s\tmet\tapi req/failover\tquiet api req/s per group\theap MiB\t")
+	fmt.Fprintln(tw, "groups\tfault\tdriver\tbudget s\tfirst s\tmedian s\tlast s\ttarget s\tmet\tapi req/failover\tquiet api req/s per group\theap MiB\trenewals ÷ floor\t")
 	for _, r := range rows {
 		met := "yes"
 		if r.Last > r.Target {
 			met = fmt.Sprintf("no (+%.1f s)", r.Last-r.Target)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%.0f\t%.1f\t%.1f\t%.1f\t%.0f\t%s\t%.1f\t%.3f\t%.0f\t\n",
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%.0f\t%.1f\t%.1f\t%.1f\t%.0f\t%s\t%.1f\t%.3f\t%.0f\t%.2f\t\n",
 			r.Groups, r.Fault, r.Driver, r.BudgetSeconds, r.First, r.Median, r.Last, r.Target, met, r.APIRequestsPerFailover,
-			r.RoutineRequestsPerGroupSecond, r.HeapMiB)
+			r.RoutineRequestsPerGroupSecond, r.HeapMiB, r.RenewalRatio)
 	}
 	_ = tw.Flush()
 	return b.String()
