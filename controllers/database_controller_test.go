@@ -19,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/scene"
 )
 
@@ -128,8 +129,14 @@ func TestAGroupsStatusWritesCostTheDatabaseControllerNothing(t *testing.T) {
 		}
 		return true
 	}
-	waitUntil(t, 30*time.Second, "the databases see their group", func() bool { return groupFound(metav1.ConditionTrue) })
-	time.Sleep(time.Second) // the creations' last reconciles
+	e2etest.WaitFor(t, 30*time.Second, func() bool { return groupFound(metav1.ConditionTrue) })
+	// The creations' last reconciles (each database's own status write
+	// comes back once) are over when the count stands still.
+	e2etest.WaitFor(t, 10*time.Second, func() bool {
+		n := api.gets.Load()
+		time.Sleep(500 * time.Millisecond)
+		return api.gets.Load() == n
+	})
 	before := api.gets.Load()
 
 	for i := range 20 {
@@ -152,16 +159,5 @@ func TestAGroupsStatusWritesCostTheDatabaseControllerNothing(t *testing.T) {
 	if err := env.Client.Delete(ctx, g); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 30*time.Second, "the databases see their group gone", func() bool { return groupFound(metav1.ConditionFalse) })
-}
-
-func waitUntil(t *testing.T, timeout time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	e2etest.WaitFor(t, 30*time.Second, func() bool { return groupFound(metav1.ConditionFalse) })
 }
