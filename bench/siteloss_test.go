@@ -12,12 +12,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/controllers"
 	"github.com/shipstream/bloodraven/internal/operatortest"
 	"github.com/shipstream/bloodraven/topology"
 )
@@ -239,9 +241,38 @@ func (s *siteLoss) grow(ctx context.Context, n int, budget int32) error {
 	if err != nil {
 		return err
 	}
-	return s.waitAll(ctx, 5*time.Minute, func(g *v1.MysqlFailoverGroup) bool {
+	if err := s.waitAll(ctx, 5*time.Minute, func(g *v1.MysqlFailoverGroup) bool {
 		return g.Status.TopologyGeneration >= 1 && g.Status.Transition == nil
-	})
+	}); err != nil {
+		return err
+	}
+	// The database controller's first reconciles are over too: the quiet
+	// window and the fault meet a fleet at rest, not its creation.
+	return s.waitDatabases(ctx, 2*n, 10*time.Minute)
+}
+
+// waitDatabases waits until want databases of the fleet say GroupFound.
+func (s *siteLoss) waitDatabases(ctx context.Context, want int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var list v1.MysqlDatabaseList
+		if err := env.Client.List(ctx, &list, client.InNamespace(s.o.Namespace)); err != nil {
+			return err
+		}
+		found := 0
+		for _, db := range list.Items {
+			if strings.HasPrefix(db.Name, "fleet-") && meta.IsStatusConditionTrue(db.Status.Conditions, controllers.DatabaseGroupFound) {
+				found++
+			}
+		}
+		if found >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d databases say GroupFound after %s", found, want, timeout)
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // waitAll waits until every fleet group satisfies ok, and records their

@@ -216,6 +216,32 @@ func TestEmergencyFailoverIgnoresHolds(t *testing.T) {
 	}
 }
 
+// The mark is stored to the microsecond: a time truncated to the second
+// would start the budget up to a second before the loss was seen, and the
+// emergency promotion would come that much early.
+func TestTheStoredMarkNeverShortensTheDetectionBudget(t *testing.T) {
+	f := newFixture(t, true)
+	f.settle()
+	// 900 ms into a second: what truncation to the second would lose.
+	f.clock.SetTime(f.clock.Now().Truncate(time.Second).Add(time.Second + 900*time.Millisecond))
+	f.driver.Kill(f.group, "iad")
+	f.settle()
+	lostAt := f.clock.Now()
+	if g := f.get(); g.Status.PrimaryLostAt == nil || !g.Status.PrimaryLostAt.Time.Equal(lostAt) {
+		t.Fatalf("stored mark %v, want %v", g.Status.PrimaryLostAt, lostAt)
+	}
+	f.clock.Step(29500 * time.Millisecond) // 0.5 s short of the 30-s budget
+	f.reconcile()
+	if g := f.get(); g.Status.ActiveSite != "iad" || g.Status.Transition != nil {
+		t.Fatalf("promoted %s after the loss, inside the budget: %s, transition %+v", f.clock.Since(lostAt), g.Status.ActiveSite, g.Status.Transition)
+	}
+	f.clock.Step(500 * time.Millisecond)
+	f.reconcile()
+	if g := f.get(); g.Status.ActiveSite != "pdx" {
+		t.Fatalf("not promoted when the budget ran out: %s", g.Status.ActiveSite)
+	}
+}
+
 func TestRevokeAnnotationRevokesEverythingAndIsRemoved(t *testing.T) {
 	f := newFixture(t, true)
 	f.settle()

@@ -216,6 +216,19 @@ func (p *Prober) Dead(g *v1.MysqlFailoverGroup) []string {
 	return out
 }
 
+// DeadSince is when the prober first saw site of g unreachable in its
+// current run of failed probes (a failed probe's end); zero when the site
+// answered its last probe, or is not tracked.
+func (p *Prober) DeadSince(g *v1.MysqlFailoverGroup, site string) time.Time {
+	p.init()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ep := p.eps[key{g.UID, site}]; ep != nil {
+		return ep.deadSince
+	}
+	return time.Time{}
+}
+
 // probeSite probes one site, bounded by topology.ProbeTimeout.
 func (p *Prober) probeSite(ctx context.Context, g *v1.MysqlFailoverGroup, site string) topology.SiteState {
 	ctx, cancel := context.WithTimeout(ctx, topology.ProbeTimeout)

@@ -240,3 +240,42 @@ func TestAResultYoungerThanTheIntervalStandsInForAProbeUntilTheControllerActs(t 
 		t.Fatalf("older than the interval: %+v, want a fresh dial", sites)
 	}
 }
+
+// DeadSince is the end of the first failed probe of the current run: later
+// failures keep it, an answer clears it.
+func TestDeadSinceIsTheFirstFailedProbeOfTheRun(t *testing.T) {
+	p, d, clk := newProber(t)
+	g := group("a", "uid-a")
+	d.Seed(g, "iad")
+	ctx := context.Background()
+	if _, err := p.Probe(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.DeadSince(g, "iad"); !s.IsZero() {
+		t.Fatalf("an answering site has DeadSince %v", s)
+	}
+	d.Kill(g, "iad")
+	clk.Step(2 * p.Interval)
+	first := clk.Now()
+	if _, err := p.Probe(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(3 * (p.Interval + topology.ProbeTimeout)) // old enough to be dialed again
+	if sites, _ := p.Probe(ctx, g); sites[0].Reachable || d.count(g, "iad") != 3 {
+		t.Fatalf("second failure not probed: %+v, %d probes", sites, d.count(g, "iad"))
+	}
+	if s := p.DeadSince(g, "iad"); !s.Equal(first) {
+		t.Fatalf("DeadSince %v, want the first failure %v", s, first)
+	}
+	d.Revive(g, "iad")
+	clk.Step(3 * (p.Interval + topology.ProbeTimeout))
+	if _, err := p.Probe(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.DeadSince(g, "iad"); !s.IsZero() {
+		t.Fatalf("DeadSince %v after the site answered", s)
+	}
+	if s := p.DeadSince(g, "nowhere"); !s.IsZero() {
+		t.Fatalf("an untracked site has DeadSince %v", s)
+	}
+}
