@@ -10,10 +10,12 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/topology/prober"
 )
 
 func TestBootstrapSetsGenerationOne(t *testing.T) {
@@ -239,6 +241,75 @@ func TestTheStoredMarkNeverShortensTheDetectionBudget(t *testing.T) {
 	f.reconcile()
 	if g := f.get(); g.Status.ActiveSite != "pdx" {
 		t.Fatalf("not promoted when the budget ran out: %s", g.Status.ActiveSite)
+	}
+}
+
+// The budget counts from the prober's first failed probe of the current
+// run, not from the reconcile that gets to the group (under a lost site, a
+// thousand groups queue for their turn): a reconcile 3 s late marks the
+// loss at the probe's time, and one that comes after the whole budget
+// promotes at once, without a mark.
+func TestTheBudgetCountsFromTheProbersFirstFailedProbe(t *testing.T) {
+	lostFor := func(t *testing.T, late time.Duration) (*fixture, time.Time, ctrl.Result) {
+		f := newFixture(t, true)
+		f.rec.Prober = &prober.Prober{Driver: f.driver, Clock: f.clock, Interval: time.Second}
+		f.settle()
+		f.driver.Kill(f.group, "iad")
+		f.clock.Step(2 * time.Second) // what the prober saw before no longer stands in
+		first := f.clock.Now()
+		if sites, err := f.rec.Prober.Probe(f.ctx, f.get()); err != nil || sites[0].Reachable {
+			t.Fatalf("the prober's probe: %+v %v", sites, err)
+		}
+		f.clock.Step(late)
+		return f, first, f.reconcile()
+	}
+	t.Run("a late reconcile marks the first failed probe", func(t *testing.T) {
+		f, first, res := lostFor(t, 3*time.Second)
+		if g := f.get(); g.Status.PrimaryLostAt == nil || !g.Status.PrimaryLostAt.Time.Equal(first) || res.RequeueAfter != 27*time.Second {
+			t.Fatalf("mark %v, requeue %v; want %v and the 27 s left", g.Status.PrimaryLostAt, res.RequeueAfter, first)
+		}
+		f.clock.Step(27 * time.Second)
+		f.reconcile()
+		if g := f.get(); g.Status.ActiveSite != "pdx" {
+			t.Fatalf("not promoted 30 s after the first failed probe: %s", g.Status.ActiveSite)
+		}
+	})
+	t.Run("a reconcile after the whole budget promotes without a mark", func(t *testing.T) {
+		f, _, _ := lostFor(t, 30*time.Second)
+		if g := f.get(); g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 2 || g.Status.PrimaryLostAt != nil {
+			t.Fatalf("after one reconcile: %s/%d, mark %v", g.Status.ActiveSite, g.Status.TopologyGeneration, g.Status.PrimaryLostAt)
+		}
+		if len(f.events("EmergencyFailover", 1)) != 1 {
+			t.Fatal("no EmergencyFailover event")
+		}
+	})
+}
+
+// The move is written with the probe taken after it: the status that
+// carries the new generation already says the new primary answers, and the
+// reconcile that follows has nothing to write (under a lost site, one
+// status write per group less).
+func TestTheMoveIsWrittenWithTheObservationAfterIt(t *testing.T) {
+	f := newFixture(t, true)
+	f.settle()
+	before := f.get()
+	if !meta.IsStatusConditionTrue(before.Status.Conditions, v1.ConditionReady) {
+		t.Fatalf("not Ready before the loss: %+v", before.Status.Conditions)
+	}
+	f.driver.Kill(f.group, "iad")
+	res := f.settle()
+	if g := f.get(); meta.IsStatusConditionTrue(g.Status.Conditions, v1.ConditionReady) {
+		t.Fatalf("still Ready with its primary lost: %+v", g.Status.Conditions)
+	}
+	f.clock.Step(res.RequeueAfter)
+	f.reconcile() // the promotion
+	g := f.get()
+	if g.Status.ActiveSite != "pdx" || !g.Status.Health.Ready || !meta.IsStatusConditionTrue(g.Status.Conditions, v1.ConditionReady) {
+		t.Fatalf("the move's write: active %s, health %+v, conditions %+v", g.Status.ActiveSite, g.Status.Health, g.Status.Conditions)
+	}
+	f.reconcile() // the probe after acting
+	if after := f.get(); after.ResourceVersion != g.ResourceVersion {
+		t.Fatalf("the reconcile after the move wrote status again: health %+v -> %+v", g.Status.Health, after.Status.Health)
 	}
 }
 

@@ -175,20 +175,51 @@ func TestAMarkedLossStartsAtTheFirstFailedProbe(t *testing.T) {
 	budget := 5 * time.Second
 	tests := map[string]struct {
 		since       time.Time
+		down        bool // pdx is unreachable too
 		wantLostAt  time.Time
 		wantRequeue time.Duration
 	}{
-		"unknown: now":                     {wantLostAt: t0, wantRequeue: budget},
-		"seen 3 s ago: then":               {since: t0.Add(-3 * time.Second), wantLostAt: t0.Add(-3 * time.Second), wantRequeue: 2 * time.Second},
-		"seen a budget ago: act at once":   {since: t0.Add(-time.Minute), wantLostAt: t0.Add(-time.Minute), wantRequeue: time.Millisecond},
-		"a time after now is not believed": {since: t0.Add(time.Second), wantLostAt: t0, wantRequeue: budget},
+		"unknown: now":       {wantLostAt: t0, wantRequeue: budget},
+		"seen 3 s ago: then": {since: t0.Add(-3 * time.Second), wantLostAt: t0.Add(-3 * time.Second), wantRequeue: 2 * time.Second},
+		"seen a budget ago, nothing to promote: mark, look again at once": {since: t0.Add(-time.Minute), down: true, wantLostAt: t0.Add(-time.Minute), wantRequeue: time.Millisecond},
+		"a time after now is not believed":                                {since: t0.Add(time.Second), wantLostAt: t0, wantRequeue: budget},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			pdx := replica("pdx", 0)
+			if tc.down {
+				pdx = down("pdx")
+			}
+			got := DecideTopology(TopologyInput{Now: t0, ActiveSite: "iad", Budget: budget, ActiveUnreachableSince: tc.since,
+				Sites: sites(down("iad"), pdx)})
+			if got.Action != ActionMarkLost || !got.LostAt.Equal(tc.wantLostAt) || got.RequeueAfter != tc.wantRequeue {
+				t.Fatalf("got %+v, want mark at %v, requeue %v", got, tc.wantLostAt, tc.wantRequeue)
+			}
+		})
+	}
+}
+
+// A group whose turn comes after the prober has seen its primary fail for
+// the whole budget is promoted at once: no mark, no second reconcile. One
+// seen for less waits the rest; one that answered in between starts over
+// (the prober clears its memory on an answer: ActiveUnreachableSince zero).
+func TestABudgetSpentInTheQueueIsNotWaitedAgain(t *testing.T) {
+	budget := 5 * time.Second
+	tests := map[string]struct {
+		since time.Time
+		want  TopologyAction
+	}{
+		"failing for the budget: promote":           {since: t0.Add(-budget), want: ActionEmergencyPromote},
+		"failing for longer: promote":               {since: t0.Add(-time.Minute), want: ActionEmergencyPromote},
+		"failing for less: mark":                    {since: t0.Add(-budget + time.Millisecond), want: ActionMarkLost},
+		"no failure remembered (it answered): mark": {want: ActionMarkLost},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			got := DecideTopology(TopologyInput{Now: t0, ActiveSite: "iad", Budget: budget, ActiveUnreachableSince: tc.since,
 				Sites: sites(down("iad"), replica("pdx", 0))})
-			if got.Action != ActionMarkLost || !got.LostAt.Equal(tc.wantLostAt) || got.RequeueAfter != tc.wantRequeue {
-				t.Fatalf("got %+v, want mark at %v, requeue %v", got, tc.wantLostAt, tc.wantRequeue)
+			if got.Action != tc.want || (tc.want == ActionEmergencyPromote && got.Site != "pdx") {
+				t.Fatalf("got %+v, want action %d", got, tc.want)
 			}
 		})
 	}

@@ -141,10 +141,18 @@ func DecideTopology(in TopologyInput) TopologyDecision {
 			if s := in.ActiveUnreachableSince; !s.IsZero() && s.Before(lostAt) {
 				lostAt = s
 			}
-			// At least a millisecond: a budget already spent in the queue
-			// is acted on by the next reconcile, after the mark is written.
+			waited := in.Now.Sub(lostAt)
+			// The prober saw every probe fail for the whole budget before
+			// this group's turn came (a fleet queued behind a lost site):
+			// the mark would only delay the promotion it allows.
+			if best := BestSite(in.Sites, in.ActiveSite); waited >= in.Budget && best != "" {
+				return TopologyDecision{Action: ActionEmergencyPromote, Site: best,
+					Reason: "active site unreachable for the detection budget, since its first failed probe"}
+			}
+			// At least a millisecond: a spent budget without a candidate
+			// is looked at again once the mark is written.
 			return TopologyDecision{Action: ActionMarkLost, LostAt: lostAt,
-				RequeueAfter: max(in.Budget-in.Now.Sub(lostAt), time.Millisecond), Reason: "active site unreachable"}
+				RequeueAfter: max(in.Budget-waited, time.Millisecond), Reason: "active site unreachable"}
 		}
 		if waited := in.Now.Sub(in.PrimaryLostAt); waited < in.Budget {
 			return TopologyDecision{Action: ActionNone, RequeueAfter: in.Budget - waited, Reason: "active site unreachable, within the detection budget"}
