@@ -103,7 +103,7 @@ func TestGroupWatchDropsStatusOnlyUpdates(t *testing.T) {
 }
 
 func TestALostOrMovingPrimaryIsReconciledAheadOfRoutineWork(t *testing.T) {
-	lost := metav1.NowMicro()
+	lost := metav1.Now()
 	up := []topology.SiteState{{Name: "iad", Reachable: true, Writable: true}, {Name: "pdx", Reachable: true}}
 	down := []topology.SiteState{{Name: "iad"}, {Name: "pdx", Reachable: true}}
 	tests := map[string]struct {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/policy"
 	"github.com/shipstream/bloodraven/topology"
@@ -65,10 +67,11 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 		// Written with this reconcile's observation (step 4), in one status
 		// update: a lost site of a fleet costs one write per group less. If
 		// the reconcile fails before that write, the next one marks the loss
-		// again, from the same first failed probe or later. The time is
-		// kept to the microsecond: one truncated to the second would start
-		// the budget up to a second before the failure was seen.
-		g.Status.PrimaryLostAt = microTime(d.LostAt)
+		// again, from the same first failed probe or later. The policy
+		// rounds the time up to the second the field keeps: truncated, it
+		// would start the budget up to a second before the failure was seen.
+		lostAt := metav1.NewTime(d.LostAt)
+		g.Status.PrimaryLostAt = &lostAt
 		return false, nil
 	case policy.ActionClearLost:
 		g.Status.PrimaryLostAt = nil

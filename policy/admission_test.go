@@ -182,6 +182,7 @@ func TestAMarkedLossStartsAtTheFirstFailedProbe(t *testing.T) {
 		"unknown: now":       {wantLostAt: t0, wantRequeue: budget},
 		"seen 3 s ago: then": {since: t0.Add(-3 * time.Second), wantLostAt: t0.Add(-3 * time.Second), wantRequeue: 2 * time.Second},
 		"seen a budget ago, nothing to promote: mark, look again at once": {since: t0.Add(-time.Minute), down: true, wantLostAt: t0.Add(-time.Minute), wantRequeue: time.Millisecond},
+		"seen 2.5 s ago: rounded up to the second the status keeps":       {since: t0.Add(-2500 * time.Millisecond), wantLostAt: t0.Add(-2 * time.Second), wantRequeue: 3 * time.Second},
 		"a time after now is not believed":                                {since: t0.Add(time.Second), wantLostAt: t0, wantRequeue: budget},
 	}
 	for name, tc := range tests {

@@ -89,7 +89,8 @@ type TopologyDecision struct {
 	// RequeueAfter, for a lost primary still inside its budget.
 	RequeueAfter time.Duration
 	// LostAt, for ActionMarkLost: the start of the detection budget, the
-	// first failed probe of the current run when known (never after Now).
+	// first failed probe of the current run when known (else Now), rounded
+	// up to the second the status stores.
 	LostAt time.Time
 	Reason string
 }
@@ -149,10 +150,16 @@ func DecideTopology(in TopologyInput) TopologyDecision {
 				return TopologyDecision{Action: ActionEmergencyPromote, Site: best,
 					Reason: "active site unreachable for the detection budget, since its first failed probe"}
 			}
-			// At least a millisecond: a spent budget without a candidate
-			// is looked at again once the mark is written.
+			// The mark is stored to the second (status.primaryLostAt is a
+			// metav1.Time): rounded up, so that the stored budget never
+			// starts before the failure was seen. At least a millisecond: a
+			// spent budget without a candidate is looked at again once the
+			// mark is written.
+			if frac := lostAt.Sub(lostAt.Truncate(time.Second)); frac > 0 {
+				lostAt = lostAt.Add(time.Second - frac)
+			}
 			return TopologyDecision{Action: ActionMarkLost, LostAt: lostAt,
-				RequeueAfter: max(in.Budget-waited, time.Millisecond), Reason: "active site unreachable"}
+				RequeueAfter: max(in.Budget-in.Now.Sub(lostAt), time.Millisecond), Reason: "active site unreachable"}
 		}
 		if waited := in.Now.Sub(in.PrimaryLostAt); waited < in.Budget {
 			return TopologyDecision{Action: ActionNone, RequeueAfter: in.Budget - waited, Reason: "active site unreachable, within the detection budget"}

@@ -316,11 +316,10 @@ type MysqlFailoverGroupStatus struct {
 	Health Health `json:"health,omitempty"`
 
 	// PrimaryLostAt is when the operator first saw the active site
-	// unreachable (the end of the first failed probe of the current run of
-	// failures), to the microsecond; emergency failover starts
-	// failureDetectionSeconds later. Cleared when the primary answers again.
+	// unreachable; emergency failover starts failureDetectionSeconds later.
+	// Cleared when the primary answers again.
 	// +optional
-	PrimaryLostAt *metav1.MicroTime `json:"primaryLostAt,omitempty"`
+	PrimaryLostAt *metav1.Time `json:"primaryLostAt,omitempty"`
 
 	// UpdatedRevision is the spec.updateRevision the last ordered update
 	// completed.
