@@ -291,34 +291,6 @@ func TestTheBudgetCountsFromTheProbersFirstFailedProbe(t *testing.T) {
 	})
 }
 
-// The move is written with the probe taken after it: the status that
-// carries the new generation already says the new primary answers, and the
-// reconcile that follows has nothing to write (under a lost site, one
-// status write per group less).
-func TestTheMoveIsWrittenWithTheObservationAfterIt(t *testing.T) {
-	f := newFixture(t, true)
-	f.settle()
-	before := f.get()
-	if !meta.IsStatusConditionTrue(before.Status.Conditions, v1.ConditionReady) {
-		t.Fatalf("not Ready before the loss: %+v", before.Status.Conditions)
-	}
-	f.driver.Kill(f.group, "iad")
-	res := f.settle()
-	if g := f.get(); meta.IsStatusConditionTrue(g.Status.Conditions, v1.ConditionReady) {
-		t.Fatalf("still Ready with its primary lost: %+v", g.Status.Conditions)
-	}
-	f.clock.Step(res.RequeueAfter)
-	f.reconcile() // the promotion
-	g := f.get()
-	if g.Status.ActiveSite != "pdx" || !g.Status.Health.Ready || !meta.IsStatusConditionTrue(g.Status.Conditions, v1.ConditionReady) {
-		t.Fatalf("the move's write: active %s, health %+v, conditions %+v", g.Status.ActiveSite, g.Status.Health, g.Status.Conditions)
-	}
-	f.reconcile() // the probe after acting
-	if after := f.get(); after.ResourceVersion != g.ResourceVersion {
-		t.Fatalf("the reconcile after the move wrote status again: health %+v -> %+v", g.Status.Health, after.Status.Health)
-	}
-}
-
 func TestRevokeAnnotationRevokesEverythingAndIsRemoved(t *testing.T) {
 	f := newFixture(t, true)
 	f.settle()

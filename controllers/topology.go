@@ -110,8 +110,7 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 // promote is the one way the active site changes. It announces the change in
 // status.transition (the deployment API answers 423 from then on), acts on
 // the data plane, then writes activeSite and topologyGeneration+1 in one
-// status update (with the probe taken after the move, and the transition
-// cleared), and revokes the leases the new
+// status update, clears the transition, and revokes the leases the new
 // generation fences. Re-entered after a crash, it resumes from the
 // persisted transition; Driver.Promote is idempotent. A failed attempt is
 // counted in the transition, so policy.DecideTopology can roll it back.
@@ -148,16 +147,6 @@ func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup,
 	g.Status.Transition = nil
 	g.Status.PrimaryLostAt = nil
 	completed := r.advanceOperation(g, t.Operation) // in the same write as the bump
-	// The observation after the move goes in the same write: one probe now
-	// (the sites just acted on are dialed, a site the prober saw dead is
-	// not), so the status that carries the new generation says how the
-	// group is, and the reconcile that follows has nothing to write: under
-	// a lost site, one status write per group less. Without an answer the
-	// move is written with the old observation, and that reconcile writes.
-	r.invalidate(g)
-	if sites, err := r.probe(ctx, g); err == nil {
-		r.observe(g, sites)
-	}
 	if err := r.writeStatus(ctx, g); err != nil {
 		return err
 	}
