@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/prometheus/common/expfmt"
@@ -26,10 +27,43 @@ type apiCounts struct {
 	// so this stays zero and nothing needs subtracting; should a version
 	// count them, they are left out here rather than subtracted.
 	Scrapes float64
+	// ByKind is Requests by "VERB resource[/subresource]".
+	ByKind map[string]float64
 }
 
 func (a apiCounts) sub(b apiCounts) apiCounts {
-	return apiCounts{Requests: a.Requests - b.Requests, TokenReviews: a.TokenReviews - b.TokenReviews, Scrapes: a.Scrapes - b.Scrapes}
+	d := apiCounts{Requests: a.Requests - b.Requests, TokenReviews: a.TokenReviews - b.TokenReviews, Scrapes: a.Scrapes - b.Scrapes,
+		ByKind: map[string]float64{}}
+	for k, v := range a.ByKind {
+		if v -= b.ByKind[k]; v != 0 {
+			d.ByKind[k] = v
+		}
+	}
+	return d
+}
+
+// kinds lists ByKind per n (per group, per failover), largest first, those
+// of at least 0.05.
+func (a apiCounts) kinds(n float64) string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var out []kv
+	for k, v := range a.ByKind {
+		if v/n >= 0.05 {
+			out = append(out, kv{k, v / n})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].v > out[j].v })
+	var b strings.Builder
+	for i, e := range out {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %.2f", e.k, e.v)
+	}
+	return b.String()
 }
 
 // scrape reads the API server's /metrics. Only apiserver_request_total's
@@ -62,7 +96,7 @@ func scrape(ctx context.Context) (apiCounts, error) {
 	if !ok || len(f.GetMetric()) == 0 {
 		return apiCounts{}, fmt.Errorf("/metrics has no %s", requestTotal)
 	}
-	var c apiCounts
+	c := apiCounts{ByKind: map[string]float64{}}
 	for _, m := range f.GetMetric() {
 		labels := map[string]string{}
 		for _, l := range m.GetLabel() {
@@ -77,6 +111,11 @@ func scrape(ctx context.Context) (apiCounts, error) {
 			continue
 		}
 		c.Requests += v
+		kind := labels["verb"] + " " + labels["resource"]
+		if sub := labels["subresource"]; sub != "" {
+			kind += "/" + sub
+		}
+		c.ByKind[kind] += v
 		if labels["resource"] == "tokenreviews" && strings.EqualFold(labels["verb"], "POST") {
 			c.TokenReviews += v
 		}

@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -35,10 +36,19 @@ const (
 // DatabaseReconciler writes a MysqlDatabase's status: whether its group
 // exists, and whether anyone may coordinate deployments for it. It decides
 // nothing else; authorization is read from the spec on every API request.
+//
+// It reads the database and its group from Client's cache: its status is
+// advisory (the deployment API reads a database's spec on every request and
+// decides nothing from these conditions), a write from a stale read fails
+// on its resourceVersion and is retried, and a group created or deleted
+// after a read queues its databases again. So a restart over 10,000
+// databases whose status is current costs the API server nothing.
 type DatabaseReconciler struct {
 	Client client.Client
-	API    client.Reader
 	Clock  clock.PassiveClock
+	// Workers reconcile databases at once (DefaultDatabaseWorkers when
+	// zero).
+	Workers int
 	// GroupIndex, when set, is a cache index of MysqlDatabases by
 	// spec.groupRef.name (deployapi.GroupRefField): a group's databases are
 	// found by it instead of a scan of the namespace.
@@ -48,7 +58,7 @@ type DatabaseReconciler struct {
 // Reconcile writes the database's conditions when they changed.
 func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	db := &v1.MysqlDatabase{}
-	if err := r.API.Get(ctx, req.NamespacedName, db); err != nil {
+	if err := r.Client.Get(ctx, req.NamespacedName, db); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	persisted := db.Status.DeepCopy()
@@ -64,7 +74,7 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		meta.SetStatusCondition(&db.Status.Conditions, c)
 	}
 	g := &v1.MysqlFailoverGroup{}
-	err := r.API.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: db.Spec.GroupRef.Name}, g)
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: db.Spec.GroupRef.Name}, g)
 	switch {
 	case apierrors.IsNotFound(err):
 		set(DatabaseGroupFound, false, "", "GroupNotFound", fmt.Sprintf("no MysqlFailoverGroup %q in namespace %s", db.Spec.GroupRef.Name, db.Namespace))
@@ -86,11 +96,22 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	return ctrl.Result{}, nil
 }
 
+// DefaultDatabaseWorkers is how many databases are reconciled at once: a
+// reconcile is two cache reads and at most one status write, so a few
+// workers keep up with a fleet's creation without competing with the group
+// controller's 64.
+const DefaultDatabaseWorkers = 4
+
 // SetupWithManager registers the controller: databases, and the groups they
 // name (a group created or deleted changes GroupFound).
 func (r *DatabaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	workers := r.Workers
+	if workers <= 0 {
+		workers = DefaultDatabaseWorkers
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1.MysqlDatabase{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Watches(&v1.MysqlFailoverGroup{}, handler.EnqueueRequestsFromMapFunc(r.databasesOf(mgr.GetClient())),
 			builder.WithPredicates(groupExistence)).
 		Complete(r)
@@ -99,7 +120,7 @@ func (r *DatabaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // groupExistence passes a group's creation and deletion, all a database's
 // status depends on, and drops its updates: a failing-over fleet writes
 // every group's status several times, and each write would otherwise
-// queue every database of the group for two uncached GETs.
+// queue every database of the group again.
 var groupExistence = predicate.Funcs{
 	UpdateFunc: func(event.UpdateEvent) bool { return false },
 }

@@ -10,10 +10,12 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/topology/prober"
 )
 
 func TestBootstrapSetsGenerationOne(t *testing.T) {
@@ -179,7 +181,8 @@ func TestEmergencyFailoverIgnoresHolds(t *testing.T) {
 
 	res := f.settle()
 	g := f.get()
-	if g.Status.PrimaryLostAt == nil || res.RequeueAfter != 30*time.Second {
+	// The budget, from the mark rounded up to the second the status keeps.
+	if g.Status.PrimaryLostAt == nil || res.RequeueAfter < 30*time.Second || res.RequeueAfter >= 31*time.Second {
 		t.Fatalf("primary lost: lostAt %v requeue %v, want the 30 s budget", g.Status.PrimaryLostAt, res.RequeueAfter)
 	}
 	f.clock.Step(res.RequeueAfter)
@@ -214,6 +217,78 @@ func TestEmergencyFailoverIgnoresHolds(t *testing.T) {
 	if len(f.events("SiteFenced", 1)) != 1 {
 		t.Fatal("no SiteFenced event")
 	}
+}
+
+// The mark is stored to the second (metav1.Time), rounded up: truncated, it
+// would start the budget up to a second before the loss was seen, and the
+// emergency promotion would come that much early.
+func TestTheStoredMarkNeverShortensTheDetectionBudget(t *testing.T) {
+	f := newFixture(t, true)
+	f.settle()
+	// 900 ms into a second: what truncation to the second would lose.
+	f.clock.SetTime(f.clock.Now().Truncate(time.Second).Add(time.Second + 900*time.Millisecond))
+	f.driver.Kill(f.group, "iad")
+	f.settle()
+	lostAt := f.clock.Now()
+	g := f.get()
+	if g.Status.PrimaryLostAt == nil || g.Status.PrimaryLostAt.Time.Before(lostAt) || g.Status.PrimaryLostAt.Time.Sub(lostAt) >= time.Second {
+		t.Fatalf("stored mark %v, want within the second after %v", g.Status.PrimaryLostAt, lostAt)
+	}
+	stored := g.Status.PrimaryLostAt.Time
+	f.clock.Step(29500 * time.Millisecond) // 0.5 s short of the 30-s budget
+	f.reconcile()
+	if g := f.get(); g.Status.ActiveSite != "iad" || g.Status.Transition != nil {
+		t.Fatalf("promoted %s after the loss, inside the budget: %s, transition %+v", f.clock.Since(lostAt), g.Status.ActiveSite, g.Status.Transition)
+	}
+	f.clock.SetTime(stored.Add(30 * time.Second))
+	f.reconcile()
+	if g := f.get(); g.Status.ActiveSite != "pdx" {
+		t.Fatalf("not promoted when the budget from the stored mark ran out: %s", g.Status.ActiveSite)
+	}
+}
+
+// The budget counts from the prober's first failed probe of the current
+// run, not from the reconcile that gets to the group (under a lost site, a
+// thousand groups queue for their turn): a reconcile 3 s late marks the
+// loss at the probe's time, and one that comes after the whole budget
+// promotes at once, without a mark.
+func TestTheBudgetCountsFromTheProbersFirstFailedProbe(t *testing.T) {
+	lostFor := func(t *testing.T, late time.Duration) (*fixture, time.Time, ctrl.Result) {
+		f := newFixture(t, true)
+		f.rec.Prober = &prober.Prober{Driver: f.driver, Clock: f.clock, Interval: time.Second}
+		f.settle()
+		// On a whole second, so that the mark (kept to the second) is the
+		// probe's time itself.
+		f.clock.SetTime(f.clock.Now().Truncate(time.Second).Add(time.Second))
+		f.driver.Kill(f.group, "iad")
+		f.clock.Step(2 * time.Second) // what the prober saw before no longer stands in
+		first := f.clock.Now()
+		if sites, err := f.rec.Prober.Probe(f.ctx, f.get()); err != nil || sites[0].Reachable {
+			t.Fatalf("the prober's probe: %+v %v", sites, err)
+		}
+		f.clock.Step(late)
+		return f, first, f.reconcile()
+	}
+	t.Run("a late reconcile marks the first failed probe", func(t *testing.T) {
+		f, first, res := lostFor(t, 3*time.Second)
+		if g := f.get(); g.Status.PrimaryLostAt == nil || !g.Status.PrimaryLostAt.Time.Equal(first) || res.RequeueAfter != 27*time.Second {
+			t.Fatalf("mark %v, requeue %v; want %v and the 27 s left", g.Status.PrimaryLostAt, res.RequeueAfter, first)
+		}
+		f.clock.Step(27 * time.Second)
+		f.reconcile()
+		if g := f.get(); g.Status.ActiveSite != "pdx" {
+			t.Fatalf("not promoted 30 s after the first failed probe: %s", g.Status.ActiveSite)
+		}
+	})
+	t.Run("a reconcile after the whole budget promotes without a mark", func(t *testing.T) {
+		f, _, _ := lostFor(t, 30*time.Second)
+		if g := f.get(); g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 2 || g.Status.PrimaryLostAt != nil {
+			t.Fatalf("after one reconcile: %s/%d, mark %v", g.Status.ActiveSite, g.Status.TopologyGeneration, g.Status.PrimaryLostAt)
+		}
+		if len(f.events("EmergencyFailover", 1)) != 1 {
+			t.Fatal("no EmergencyFailover event")
+		}
+	})
 }
 
 func TestRevokeAnnotationRevokesEverythingAndIsRemoved(t *testing.T) {

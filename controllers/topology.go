@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/policy"
 	"github.com/shipstream/bloodraven/topology"
@@ -19,8 +21,14 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 		budget = 30 * time.Second
 	}
 	in := policy.TopologyInput{
-		Now: r.Clock.Now(), ActiveSite: g.Status.ActiveSite, PrimaryLostAt: g.Status.PrimaryLostAt,
+		Now: r.Clock.Now(), ActiveSite: g.Status.ActiveSite,
 		Budget: budget, PromoteTimeout: r.promoteTimeout(), Sites: sites,
+	}
+	if l := g.Status.PrimaryLostAt; l != nil {
+		in.PrimaryLostAt = l.Time
+	}
+	if r.Prober != nil && g.Status.ActiveSite != "" {
+		in.ActiveUnreachableSince = r.Prober.DeadSince(g, g.Status.ActiveSite)
 	}
 	if t := g.Status.Transition; t != nil {
 		in.Transition = &policy.Transition{TargetSite: t.TargetSite, StartedAt: t.StartedAt.Time,
@@ -59,9 +67,11 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 		// Written with this reconcile's observation (step 4), in one status
 		// update: a lost site of a fleet costs one write per group less. If
 		// the reconcile fails before that write, the next one marks the loss
-		// again, later: the budget can only be counted longer, never shorter.
-		now := r.now()
-		g.Status.PrimaryLostAt = &now
+		// again, from the same first failed probe or later. The policy
+		// rounds the time up to the second the field keeps: truncated, it
+		// would start the budget up to a second before the failure was seen.
+		lostAt := metav1.NewTime(d.LostAt)
+		g.Status.PrimaryLostAt = &lostAt
 		return false, nil
 	case policy.ActionClearLost:
 		g.Status.PrimaryLostAt = nil

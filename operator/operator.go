@@ -122,7 +122,7 @@ func New(mgr ctrl.Manager, cfg Config) (*Parts, error) {
 	if err := deployapi.IndexDatabases(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return nil, err
 	}
-	p.Database = &controllers.DatabaseReconciler{Client: mgr.GetClient(), API: mgr.GetAPIReader(), Clock: cfg.Clock,
+	p.Database = &controllers.DatabaseReconciler{Client: mgr.GetClient(), Clock: cfg.Clock,
 		GroupIndex: deployapi.GroupRefField}
 	if err := p.Database.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("database controller: %w", err)

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/topology"
 )
@@ -105,7 +103,7 @@ var (
 )
 
 func TestDecideTopology(t *testing.T) {
-	lost := func(ago time.Duration) *metav1.Time { m := metav1.NewTime(t0.Add(-ago)); return &m }
+	lost := func(ago time.Duration) time.Time { return t0.Add(-ago) }
 	budget := 30 * time.Second
 	tests := map[string]struct {
 		in       TopologyInput
@@ -164,6 +162,65 @@ func TestDecideTopology(t *testing.T) {
 			got := DecideTopology(tc.in)
 			if got.Action != tc.want || got.Site != tc.wantSite {
 				t.Fatalf("got %+v, want action %d site %q", got, tc.want, tc.wantSite)
+			}
+		})
+	}
+}
+
+// The detection budget starts at the first failed probe of the current run
+// when the prober knows it, never later than now and never in the future: a
+// fleet queued in front of the mark does not lengthen it, and nothing
+// shortens it below the time the failure was seen.
+func TestAMarkedLossStartsAtTheFirstFailedProbe(t *testing.T) {
+	budget := 5 * time.Second
+	tests := map[string]struct {
+		since       time.Time
+		down        bool // pdx is unreachable too
+		wantLostAt  time.Time
+		wantRequeue time.Duration
+	}{
+		"unknown: now":       {wantLostAt: t0, wantRequeue: budget},
+		"seen 3 s ago: then": {since: t0.Add(-3 * time.Second), wantLostAt: t0.Add(-3 * time.Second), wantRequeue: 2 * time.Second},
+		"seen a budget ago, nothing to promote: mark, look again at once": {since: t0.Add(-time.Minute), down: true, wantLostAt: t0.Add(-time.Minute), wantRequeue: time.Millisecond},
+		"seen 2.5 s ago: rounded up to the second the status keeps":       {since: t0.Add(-2500 * time.Millisecond), wantLostAt: t0.Add(-2 * time.Second), wantRequeue: 3 * time.Second},
+		"a time after now is not believed":                                {since: t0.Add(time.Second), wantLostAt: t0, wantRequeue: budget},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			pdx := replica("pdx", 0)
+			if tc.down {
+				pdx = down("pdx")
+			}
+			got := DecideTopology(TopologyInput{Now: t0, ActiveSite: "iad", Budget: budget, ActiveUnreachableSince: tc.since,
+				Sites: sites(down("iad"), pdx)})
+			if got.Action != ActionMarkLost || !got.LostAt.Equal(tc.wantLostAt) || got.RequeueAfter != tc.wantRequeue {
+				t.Fatalf("got %+v, want mark at %v, requeue %v", got, tc.wantLostAt, tc.wantRequeue)
+			}
+		})
+	}
+}
+
+// A group whose turn comes after the prober has seen its primary fail for
+// the whole budget is promoted at once: no mark, no second reconcile. One
+// seen for less waits the rest; one that answered in between starts over
+// (the prober clears its memory on an answer: ActiveUnreachableSince zero).
+func TestABudgetSpentInTheQueueIsNotWaitedAgain(t *testing.T) {
+	budget := 5 * time.Second
+	tests := map[string]struct {
+		since time.Time
+		want  TopologyAction
+	}{
+		"failing for the budget: promote":           {since: t0.Add(-budget), want: ActionEmergencyPromote},
+		"failing for longer: promote":               {since: t0.Add(-time.Minute), want: ActionEmergencyPromote},
+		"failing for less: mark":                    {since: t0.Add(-budget + time.Millisecond), want: ActionMarkLost},
+		"no failure remembered (it answered): mark": {want: ActionMarkLost},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := DecideTopology(TopologyInput{Now: t0, ActiveSite: "iad", Budget: budget, ActiveUnreachableSince: tc.since,
+				Sites: sites(down("iad"), replica("pdx", 0))})
+			if got.Action != tc.want || (tc.want == ActionEmergencyPromote && got.Site != "pdx") {
+				t.Fatalf("got %+v, want action %d", got, tc.want)
 			}
 		})
 	}

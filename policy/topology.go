@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/topology"
 )
@@ -51,9 +49,16 @@ type TopologyInput struct {
 	ActiveSite string
 	// Transition is the persisted, unconfirmed change of active site; nil
 	// when none.
-	Transition    *Transition
-	PrimaryLostAt *metav1.Time
-	Budget        time.Duration
+	Transition *Transition
+	// PrimaryLostAt is the persisted start of the detection budget; zero
+	// while the active site is not marked lost.
+	PrimaryLostAt time.Time
+	// ActiveUnreachableSince is when the active site was first seen
+	// unreachable in its current run of failed probes (the prober's
+	// memory); zero when unknown. A mark starts the budget from it, so a
+	// fleet's queue in front of the mark does not lengthen the budget.
+	ActiveUnreachableSince time.Time
+	Budget                 time.Duration
 	// PromoteTimeout: a transition whose promotion has failed at least
 	// MinPromoteFailures times, over at least this long, is rolled back.
 	PromoteTimeout time.Duration
@@ -83,7 +88,11 @@ type TopologyDecision struct {
 	Site   string
 	// RequeueAfter, for a lost primary still inside its budget.
 	RequeueAfter time.Duration
-	Reason       string
+	// LostAt, for ActionMarkLost: the start of the detection budget, the
+	// first failed probe of the current run when known (else Now), rounded
+	// up to the second the status stores.
+	LostAt time.Time
+	Reason string
 }
 
 // DecideTopology picks the next safety step.
@@ -128,10 +137,31 @@ func DecideTopology(in TopologyInput) TopologyDecision {
 		}
 	}
 	if active == nil || !active.Reachable {
-		if in.PrimaryLostAt == nil {
-			return TopologyDecision{Action: ActionMarkLost, RequeueAfter: in.Budget, Reason: "active site unreachable"}
+		if in.PrimaryLostAt.IsZero() {
+			lostAt := in.Now
+			if s := in.ActiveUnreachableSince; !s.IsZero() && s.Before(lostAt) {
+				lostAt = s
+			}
+			waited := in.Now.Sub(lostAt)
+			// The prober saw every probe fail for the whole budget before
+			// this group's turn came (a fleet queued behind a lost site):
+			// the mark would only delay the promotion it allows.
+			if best := BestSite(in.Sites, in.ActiveSite); waited >= in.Budget && best != "" {
+				return TopologyDecision{Action: ActionEmergencyPromote, Site: best,
+					Reason: "active site unreachable for the detection budget, since its first failed probe"}
+			}
+			// The mark is stored to the second (status.primaryLostAt is a
+			// metav1.Time): rounded up, so that the stored budget never
+			// starts before the failure was seen. At least a millisecond: a
+			// spent budget without a candidate is looked at again once the
+			// mark is written.
+			if frac := lostAt.Sub(lostAt.Truncate(time.Second)); frac > 0 {
+				lostAt = lostAt.Add(time.Second - frac)
+			}
+			return TopologyDecision{Action: ActionMarkLost, LostAt: lostAt,
+				RequeueAfter: max(in.Budget-in.Now.Sub(lostAt), time.Millisecond), Reason: "active site unreachable"}
 		}
-		if waited := in.Now.Sub(in.PrimaryLostAt.Time); waited < in.Budget {
+		if waited := in.Now.Sub(in.PrimaryLostAt); waited < in.Budget {
 			return TopologyDecision{Action: ActionNone, RequeueAfter: in.Budget - waited, Reason: "active site unreachable, within the detection budget"}
 		}
 		if best := BestSite(in.Sites, in.ActiveSite); best != "" {
@@ -139,7 +169,7 @@ func DecideTopology(in TopologyInput) TopologyDecision {
 		}
 		return TopologyDecision{Action: ActionNone, RequeueAfter: 5 * time.Second, Reason: "no reachable site to promote"}
 	}
-	if in.PrimaryLostAt != nil {
+	if !in.PrimaryLostAt.IsZero() {
 		return TopologyDecision{Action: ActionClearLost, Reason: "active site answers again"}
 	}
 	if !active.Writable {

@@ -45,6 +45,11 @@ type Prober struct {
 	sem  chan struct{}
 	mu   sync.Mutex
 	eps  map[key]*endpoint
+	// sites and uids index eps by group, so that Track and Forget touch one
+	// group's endpoints, not the fleet's: the site names tracked for each
+	// group UID, and the UIDs tracked under each name.
+	sites map[types.UID]map[string]struct{}
+	uids  map[types.NamespacedName]map[types.UID]struct{}
 }
 
 // key names an endpoint: a site of one group (by UID), at one address.
@@ -82,6 +87,8 @@ func (p *Prober) init() {
 		}
 		p.sem = make(chan struct{}, p.Parallel)
 		p.eps = map[key]*endpoint{}
+		p.sites = map[types.UID]map[string]struct{}{}
+		p.uids = map[types.NamespacedName]map[types.UID]struct{}{}
 	})
 }
 
@@ -93,7 +100,16 @@ func (p *Prober) Track(g *v1.MysqlFailoverGroup) {
 	nn := types.NamespacedName{Namespace: g.Namespace, Name: g.Name}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	inSpec := map[string]bool{}
+	tracked := p.sites[g.UID]
+	if tracked == nil {
+		tracked = map[string]struct{}{}
+		p.sites[g.UID] = tracked
+		if p.uids[nn] == nil {
+			p.uids[nn] = map[types.UID]struct{}{}
+		}
+		p.uids[nn][g.UID] = struct{}{}
+	}
+	inSpec := make(map[string]bool, len(g.Spec.Sites))
 	for _, s := range g.Spec.Sites {
 		inSpec[s.Name] = true
 		k := key{g.UID, s.Name}
@@ -102,11 +118,13 @@ func (p *Prober) Track(g *v1.MysqlFailoverGroup) {
 			ep = &endpoint{spec: s} // a new address starts unknown
 			p.eps[k] = ep
 		}
+		tracked[s.Name] = struct{}{}
 		ep.group, ep.g, ep.active = nn, gc, s.Name == g.Status.ActiveSite
 	}
-	for k := range p.eps {
-		if k.uid == g.UID && !inSpec[k.site] {
-			delete(p.eps, k)
+	for site := range tracked {
+		if !inSpec[site] {
+			delete(p.eps, key{g.UID, site})
+			delete(tracked, site)
 		}
 	}
 }
@@ -117,11 +135,13 @@ func (p *Prober) Forget(group types.NamespacedName) {
 	p.init()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for k, ep := range p.eps {
-		if ep.group == group {
-			delete(p.eps, k)
+	for uid := range p.uids[group] {
+		for site := range p.sites[uid] {
+			delete(p.eps, key{uid, site})
 		}
+		delete(p.sites, uid)
 	}
+	delete(p.uids, group)
 }
 
 // Endpoints counts the tracked endpoints.
@@ -214,6 +234,19 @@ func (p *Prober) Dead(g *v1.MysqlFailoverGroup) []string {
 		}
 	}
 	return out
+}
+
+// DeadSince is when the prober first saw site of g unreachable in its
+// current run of failed probes (a failed probe's end); zero when the site
+// answered its last probe, or is not tracked.
+func (p *Prober) DeadSince(g *v1.MysqlFailoverGroup, site string) time.Time {
+	p.init()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ep := p.eps[key{g.UID, site}]; ep != nil {
+		return ep.deadSince
+	}
+	return time.Time{}
 }
 
 // probeSite probes one site, bounded by topology.ProbeTimeout.
