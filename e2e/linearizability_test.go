@@ -309,8 +309,17 @@ func (r *mutexRun) finish(t *testing.T, bound effectBound) {
 	start := time.Now()
 	res, info := porcupine.CheckOperationsVerbose(mutexModel, r.h.ops, time.Minute)
 	if res != porcupine.Ok {
-		out := fmt.Sprintf("%s/linearizability.html", t.TempDir())
+		dir := os.Getenv("BLOODRAVEN_E2E_KEEP")
+		if dir == "" {
+			dir = t.TempDir()
+		}
+		out := fmt.Sprintf("%s/linearizability.html", dir)
 		_ = porcupine.VisualizePath(mutexModel, info, out)
+		// The visualization is lost with a clean clone's CI: the log keeps
+		// what a diagnosis needs, the operations around each move.
+		for _, l := range aroundMoves(r.h.ops, 1500*time.Millisecond) {
+			t.Log(l)
+		}
 		t.Fatalf("history of %d operations: %s (visualization: %s); answers: %v", len(r.h.ops), res, out, r.h.answers)
 	}
 	t.Logf("%d operations by %d clients are linearizable (checked in %v); answers: %v",
@@ -366,4 +375,35 @@ func TestMutexHistoryIsLinearizableAcrossALeaderKill(t *testing.T) {
 		}
 		t.Logf("a leader again %v after the SIGKILL", time.Since(killed).Round(time.Millisecond))
 	}, nil)
+}
+
+// aroundMoves describes, for each move of a history, the operations other
+// than "held" answers that overlap the move's window widened by margin,
+// with times in milliseconds from the move's call.
+func aroundMoves(ops []porcupine.Operation, margin time.Duration) []string {
+	var lines []string
+	for _, m := range ops {
+		if m.Input.(mutexInput).verb != "move" {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("move -> generation %d: called, returned at +%d ms",
+			m.Output.(mutexOutput).gen, (m.Return-m.Call)/1e6))
+		from, to := m.Call-margin.Nanoseconds(), m.Return+margin.Nanoseconds()
+		for _, o := range ops {
+			in, out := o.Input.(mutexInput), o.Output.(mutexOutput)
+			if in.verb == "move" || out.outcome == "held" || o.Return < from || o.Call > to {
+				continue
+			}
+			tok := func(s string) string { // a prefix names a token without printing it whole
+				if len(s) > 6 {
+					return s[:6]
+				}
+				return s
+			}
+			lines = append(lines, fmt.Sprintf("  client %d %s(%s, token %s) [%+d, %+d] ms -> %s token %s holder %q status %d",
+				o.ClientId, in.verb, in.op, tok(in.token), (o.Call-m.Call)/1e6, (o.Return-m.Call)/1e6,
+				out.outcome, tok(out.token), out.holder, out.status))
+		}
+	}
+	return lines
 }
