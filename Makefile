@@ -114,6 +114,25 @@ build: ## Build the operator into ./bin/bloodraven and the pipeline CLI into ./b
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/bloodraven .
 	cd $(CLIENT_MOD) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/bloodraven-deploy ./cmd/bloodraven-deploy
 
+# make image: the operator's and bloodraven-deploy's images, without Docker
+# (internal/ociimage): OCI layouts in bin/image/<name>/ and docker-load
+# tarballs beside them, each verified (entrypoint, user, labels, --version).
+IMAGE_REGISTRY ?= ghcr.io/shipstream
+IMAGE_TAG      ?= $(VERSION)
+
+.PHONY: image
+image: ## Build the operator's and bloodraven-deploy's OCI images into bin/image/ (no Docker; push with crane or skopeo).
+	@mkdir -p $(BIN)/image
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image/bloodraven-linux-amd64 .
+	cd $(CLIENT_MOD) && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' \
+		-o $(BIN)/image/bloodraven-deploy-linux-amd64 ./cmd/bloodraven-deploy
+	$(GO) run ./hack/mkimage -binary $(BIN)/image/bloodraven-linux-amd64 -name bloodraven -version $(VERSION) \
+		-description "Bloodraven: MySQL failover groups and deployment coordination" -source https://github.com/shipstream/bloodraven \
+		-out $(BIN)/image/bloodraven -tarball $(BIN)/image/bloodraven.tar -tag $(IMAGE_REGISTRY)/bloodraven:$(IMAGE_TAG)
+	$(GO) run ./hack/mkimage -binary $(BIN)/image/bloodraven-deploy-linux-amd64 -name bloodraven-deploy -version $(VERSION) \
+		-description "bloodraven-deploy: the pipeline client of /deploy/v1" -source https://github.com/shipstream/bloodraven \
+		-out $(BIN)/image/bloodraven-deploy -tarball $(BIN)/image/bloodraven-deploy.tar -tag $(IMAGE_REGISTRY)/bloodraven-deploy:$(IMAGE_TAG)
+
 CLI_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 
 .PHONY: cli

@@ -1,0 +1,288 @@
+package ociimage
+
+import (
+	"archive/tar"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"strings"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// NonRoot is the user and group the image runs as: distroless's "nonroot",
+// so that a restricted PodSecurity profile (runAsNonRoot) admits it
+// without a runAsUser of the chart's own.
+const NonRoot = 65532
+
+// Spec is one image: a static binary as its only program.
+type Spec struct {
+	// Binary is the path of the static binary to ship.
+	Binary string
+	// Name is its file name in the image, under /usr/local/bin, and the
+	// image's title.
+	Name string
+	// Version is the org.opencontainers.image.version label.
+	Version string
+	// Description and Source become the matching OCI labels.
+	Description, Source string
+	// Args are the entrypoint's default arguments (the image's Cmd).
+	Args []string
+}
+
+// Entrypoint is the path of the binary in the image.
+func (s Spec) Entrypoint() string { return "/usr/local/bin/" + s.Name }
+
+// Labels are the image's OCI annotation labels.
+func (s Spec) Labels() map[string]string {
+	l := map[string]string{
+		"org.opencontainers.image.title":    s.Name,
+		"org.opencontainers.image.version":  s.Version,
+		"org.opencontainers.image.licenses": "Apache-2.0",
+	}
+	if s.Description != "" {
+		l["org.opencontainers.image.description"] = s.Description
+	}
+	if s.Source != "" {
+		l["org.opencontainers.image.source"] = s.Source
+	}
+	return l
+}
+
+// Build makes the image: no base, one layer with the binary, /etc/passwd
+// and /etc/group naming the nonroot user, and a sticky /tmp; linux/amd64
+// (the binary must be built for it). Every time stamp is the Unix epoch, so
+// the same binary always makes the same digest.
+func Build(s Spec) (v1.Image, error) {
+	if s.Name == "" || s.Version == "" {
+		return nil, fmt.Errorf("image spec: a name and a version are required")
+	}
+	bin, err := os.ReadFile(s.Binary)
+	if err != nil {
+		return nil, fmt.Errorf("read the binary: %w", err)
+	}
+	layerTar, err := rootfs(s, bin)
+	if err != nil {
+		return nil, err
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	}, tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, fmt.Errorf("layer: %w", err)
+	}
+	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	img, err = mutate.Append(img, mutate.Addendum{Layer: layer, History: v1.History{
+		CreatedBy: "make image: " + s.Entrypoint(), Comment: "static binary, no shell",
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("append the layer: %w", err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Created = v1.Time{Time: time.Unix(0, 0).UTC()}
+	cf.Config.Entrypoint = []string{s.Entrypoint()}
+	cf.Config.Cmd = s.Args
+	cf.Config.User = fmt.Sprintf("%d:%d", NonRoot, NonRoot)
+	cf.Config.WorkingDir = "/"
+	cf.Config.Env = []string{"PATH=/usr/local/bin"}
+	cf.Config.Labels = s.Labels()
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		return nil, fmt.Errorf("set the config: %w", err)
+	}
+	return img, nil
+}
+
+// rootfs is the layer's tar: the directories, the user database and the
+// binary, owned by root and readable by all, the binary executable.
+func rootfs(s Spec, bin []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	epoch := time.Unix(0, 0)
+	dir := func(name string, mode int64) error {
+		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: mode, ModTime: epoch, Format: tar.FormatPAX})
+	}
+	file := func(name string, mode int64, body []byte) error {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(body)), ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+			return err
+		}
+		_, err := tw.Write(body)
+		return err
+	}
+	passwd := fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%d:%d:nonroot:/home/nonroot:/sbin/nologin\n", NonRoot, NonRoot)
+	group := fmt.Sprintf("root:x:0:\nnonroot:x:%d:\n", NonRoot)
+	steps := []func() error{
+		func() error { return dir("etc", 0o755) },
+		func() error { return file("etc/passwd", 0o644, []byte(passwd)) },
+		func() error { return file("etc/group", 0o644, []byte(group)) },
+		func() error { return dir("tmp", 0o1777) },
+		func() error { return dir("usr", 0o755) },
+		func() error { return dir("usr/local", 0o755) },
+		func() error { return dir("usr/local/bin", 0o755) },
+		func() error { return file(path.Join("usr/local/bin", s.Name), 0o755, bin) },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return nil, fmt.Errorf("layer tar: %w", err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, fmt.Errorf("layer tar: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// RefName is the OCI layout annotation that names an image by its tag.
+const RefName = "org.opencontainers.image.ref.name"
+
+// WriteLayout writes img as an OCI image layout in dir (replaced if it
+// exists), its manifest annotated with tag, the form `crane push` and
+// `skopeo copy oci:` read.
+func WriteLayout(dir, tag string, img v1.Image) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("clear %s: %w", dir, err)
+	}
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return fmt.Errorf("layout %s: %w", dir, err)
+	}
+	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{RefName: tag})); err != nil {
+		return fmt.Errorf("layout %s: %w", dir, err)
+	}
+	return nil
+}
+
+// ReadLayout reads back the one image of a layout WriteLayout wrote, with
+// its tag.
+func ReadLayout(dir string) (v1.Image, string, error) {
+	idx, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, "", fmt.Errorf("layout %s: %w", dir, err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return nil, "", fmt.Errorf("layout %s: %w", dir, err)
+	}
+	if len(m.Manifests) != 1 {
+		return nil, "", fmt.Errorf("layout %s: %d images, want 1", dir, len(m.Manifests))
+	}
+	d := m.Manifests[0]
+	img, err := idx.Image(d.Digest)
+	if err != nil {
+		return nil, "", fmt.Errorf("layout %s: %w", dir, err)
+	}
+	return img, d.Annotations[RefName], nil
+}
+
+// Extract returns the content of the file at name (no leading slash) in
+// img's layers, the topmost wins.
+func Extract(img v1.Image, name string) ([]byte, *tar.Header, error) {
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil, nil, fmt.Errorf("%s is not in the image", name)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("read the image: %w", err)
+		}
+		if path.Clean(h.Name) == name {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				return nil, nil, fmt.Errorf("read %s: %w", name, err)
+			}
+			return b, h, nil
+		}
+	}
+}
+
+// Verify reads the layout in dir and checks what a cluster will run: the
+// tag, the entrypoint, the non-root user, the version label, and that the
+// binary inside answers --version with version. It runs the binary, so it
+// needs a linux/amd64 host. It returns the image's compressed size.
+func Verify(dir string, s Spec, tag string) (int64, error) {
+	img, gotTag, err := ReadLayout(dir)
+	if err != nil {
+		return 0, err
+	}
+	if gotTag != tag {
+		return 0, fmt.Errorf("%s: tag %q, want %q", dir, gotTag, tag)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return 0, fmt.Errorf("%s: config: %w", dir, err)
+	}
+	c := cf.Config
+	switch {
+	case len(c.Entrypoint) != 1 || c.Entrypoint[0] != s.Entrypoint():
+		return 0, fmt.Errorf("%s: entrypoint %q, want [%s]", dir, c.Entrypoint, s.Entrypoint())
+	case c.User != fmt.Sprintf("%d:%d", NonRoot, NonRoot):
+		return 0, fmt.Errorf("%s: user %q, want %d:%d", dir, c.User, NonRoot, NonRoot)
+	case c.Labels["org.opencontainers.image.version"] != s.Version:
+		return 0, fmt.Errorf("%s: version label %q, want %q", dir, c.Labels["org.opencontainers.image.version"], s.Version)
+	case cf.OS != "linux" || cf.Architecture != "amd64":
+		return 0, fmt.Errorf("%s: platform %s/%s, want linux/amd64", dir, cf.OS, cf.Architecture)
+	}
+	bin, h, err := Extract(img, c.Entrypoint[0][1:])
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", dir, err)
+	}
+	if h.Mode&0o111 == 0 {
+		return 0, fmt.Errorf("%s: %s is not executable (mode %o)", dir, h.Name, h.Mode)
+	}
+	tmp, err := os.MkdirTemp("", "ociimage-verify-")
+	if err != nil {
+		return 0, fmt.Errorf("verify: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	exe := path.Join(tmp, s.Name)
+	if err := os.WriteFile(exe, bin, 0o755); err != nil {
+		return 0, fmt.Errorf("verify: %w", err)
+	}
+	// No shell, no PATH lookup and an empty environment: what the image
+	// offers.
+	cmd := exec.Command(exe, "--version")
+	cmd.Env = []string{}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("%s: %s --version: %w: %s", dir, s.Entrypoint(), err, out)
+	}
+	if !strings.Contains(string(out), s.Version) {
+		return 0, fmt.Errorf("%s: %s --version printed %q, want it to name %s", dir, s.Entrypoint(), strings.TrimSpace(string(out)), s.Version)
+	}
+	return Size(img)
+}
+
+// Size is the image's compressed size: its manifest, config and layers.
+func Size(img v1.Image) (int64, error) {
+	m, err := img.Manifest()
+	if err != nil {
+		return 0, fmt.Errorf("manifest: %w", err)
+	}
+	n := m.Config.Size
+	for _, l := range m.Layers {
+		n += l.Size
+	}
+	raw, err := img.RawManifest()
+	if err != nil {
+		return 0, fmt.Errorf("manifest: %w", err)
+	}
+	return n + int64(len(raw)), nil
+}
