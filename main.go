@@ -9,14 +9,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime/debug"
 	"strings"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/zapr"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
+	gomysql "github.com/go-sql-driver/mysql"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -25,11 +24,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	crzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployclient/deploycmd"
+	"github.com/shipstream/bloodraven/internal/logbridge"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/operator"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
@@ -106,32 +107,25 @@ func run() error {
 		fmt.Println(Version())
 		return nil
 	}
-	log, err := newLogger(opts.logLevel, opts.logDevelopment)
-	if err != nil {
-		return err
-	}
+	log := newLogger(opts.zap, os.Stderr)
 	ctrl.SetLogger(log)
 	klog.SetLogger(log)
+	// Every line the operator writes is one JSON object: the servers' own
+	// error lines and the MySQL driver's go through the same logger.
+	logbridge.RedirectStdLog(log)
+	if err := gomysql.SetLogger(logbridge.MySQL{Log: log.WithName("mysql")}); err != nil {
+		return fmt.Errorf("mysql driver logger: %w", err)
+	}
 
 	ctx := ctrl.SetupSignalHandler()
 	return runManager(ctx, opts, log)
 }
 
-// newLogger builds a zap logger: JSON in production mode unless development
-// is asked for explicitly.
-func newLogger(level int, development bool) (logr.Logger, error) {
-	cfg := zap.NewProductionConfig()
-	if development {
-		cfg = zap.NewDevelopmentConfig()
-	}
-	cfg.Level = zap.NewAtomicLevelAt(zapcore.Level(-level))
-	cfg.DisableStacktrace = !development
-	cfg.EncoderConfig.EncodeTime = zapcore.RFC3339NanoTimeEncoder
-	z, err := cfg.Build()
-	if err != nil {
-		return logr.Logger{}, fmt.Errorf("logger: %w", err)
-	}
-	return zapr.NewLogger(z), nil
+// newLogger is controller-runtime's zap logger as the flags set it,
+// writing to w: JSON at info unless --zap-devel or --zap-encoder=console.
+func newLogger(z crzap.Options, w io.Writer) logr.Logger {
+	z.DestWriter = w
+	return crzap.New(crzap.UseFlagOptions(&z))
 }
 
 // runManager wires the manager and its listeners and runs until ctx ends.

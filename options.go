@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/util/validation"
+	crzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/shipstream/bloodraven/server"
 )
@@ -30,22 +32,24 @@ const (
 
 // options is the operator's whole configuration.
 type options struct {
-	metricsAddr         string
-	probeAddr           string
-	auxAddr             string
-	tlsAddr             string
-	tlsCertDir          string
-	leaderElection      bool
-	leaderElectionID    string
-	leaderElectionNS    string
-	deployAPI           bool
-	deployAudience      string
-	operatorIdentity    string
-	kubeQPS             float64
-	kubeBurst           int
-	shutdownTimeout     time.Duration
-	logLevel            int
-	logDevelopment      bool
+	metricsAddr      string
+	probeAddr        string
+	auxAddr          string
+	tlsAddr          string
+	tlsCertDir       string
+	leaderElection   bool
+	leaderElectionID string
+	leaderElectionNS string
+	deployAPI        bool
+	deployAudience   string
+	operatorIdentity string
+	kubeQPS          float64
+	kubeBurst        int
+	shutdownTimeout  time.Duration
+	// zap: controller-runtime's standard logging flags (--zap-log-level,
+	// --zap-encoder, --zap-devel, --zap-stacktrace-level,
+	// --zap-time-encoding).
+	zap                 crzap.Options
 	printVersionAndExit bool
 	topologyDriver      string
 	probeInterval       time.Duration
@@ -117,8 +121,11 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 	fs.Float64Var(&o.kubeQPS, "kube-api-qps", 500, "Client-side QPS limit towards the API server; must allow a few hundred deployment renewals per second.")
 	fs.IntVar(&o.kubeBurst, "kube-api-burst", 1000, "Client-side burst towards the API server.")
 	fs.DurationVar(&o.shutdownTimeout, "graceful-shutdown-timeout", 30*time.Second, "Time given to runnables to stop on SIGTERM.")
-	fs.IntVar(&o.logLevel, "v", 0, "Log verbosity (0 = info).")
-	fs.BoolVar(&o.logDevelopment, "log-development", false, "Human-readable development logs instead of JSON.")
+	// JSON at info by default, time stamps to the nanosecond, stack traces
+	// only for panics: what the operator logged before these flags.
+	o.zap.TimeEncoder = zapcore.RFC3339NanoTimeEncoder
+	o.zap.StacktraceLevel = zapcore.DPanicLevel
+	o.zap.BindFlags(fs)
 	fs.BoolVar(&o.printVersionAndExit, "version", false, "Print the version and exit.")
 	fs.StringVar(&o.topologyDriver, "topology-driver", envStr(envTopology, "none"), "Data-plane driver: mysql (SQL to each site's MySQL/MariaDB; credentials from spec.credentialsSecretRef), none (report NoPrimary, never fail over) or simulated (in-memory sites; moves no data) (env "+envTopology+").")
 	fs.DurationVar(&o.probeInterval, "probe-interval", 10*time.Second, "How often a quiet group's sites are probed.")

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"io"
 	"os"
 	"strings"
 	"testing"
+
+	"go.uber.org/zap/zapcore"
 )
 
 func TestParseOptions(t *testing.T) {
@@ -19,7 +23,7 @@ func TestParseOptions(t *testing.T) {
 				if o.tlsAddr != ":8443" || o.auxAddr != ":8082" || o.metricsAddr != ":8080" || o.probeAddr != ":8081" {
 					t.Errorf("addresses = %s %s %s %s", o.tlsAddr, o.auxAddr, o.metricsAddr, o.probeAddr)
 				}
-				if !o.leaderElection || o.deployAPI || o.deployAudience != "bloodraven-deploy" || o.logDevelopment {
+				if !o.leaderElection || o.deployAPI || o.deployAudience != "bloodraven-deploy" || o.zap.Development {
 					t.Errorf("defaults = %+v", o)
 				}
 				if o.kubeQPS < 100 {
@@ -35,6 +39,15 @@ func TestParseOptions(t *testing.T) {
 				}
 			},
 		},
+		"controller-runtime's logging flags set the level and the encoder": {
+			args: []string{"--zap-log-level=debug", "--zap-encoder=console"},
+			check: func(t *testing.T, o options) {
+				if o.zap.Level == nil || !o.zap.Level.Enabled(zapcore.DebugLevel) || o.zap.NewEncoder == nil {
+					t.Errorf("zap options = %+v", o.zap)
+				}
+			},
+		},
+		"the private -v flag is gone": {args: []string{"-v=2"}, wantErr: "flag provided but not defined: -v"},
 		"a flag wins over its env variable": {
 			args: []string{"--tls-bind-address=:7443"},
 			env:  map[string]string{envTLSAddr: ":9443"},
@@ -110,13 +123,27 @@ func TestParseOptions(t *testing.T) {
 	}
 }
 
-func TestProductionLoggerIsJSON(t *testing.T) {
-	log, err := newLogger(0, false)
+func TestTheDefaultLoggerWritesJSONAtInfo(t *testing.T) {
+	o, err := parseOptions([]string{"--operator-identity=system:serviceaccount:bloodraven:bloodraven", "--leader-election-namespace=bloodraven"},
+		func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !log.Enabled() || log.V(1).Enabled() {
-		t.Fatalf("level 0 logger: info enabled=%v, debug enabled=%v", log.Enabled(), log.V(1).Enabled())
+	var buf bytes.Buffer
+	log := newLogger(o.zap, &buf)
+	log.Info("visible", "k", 1)
+	log.V(1).Info("debug, not written")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("%d lines, want the info one: %q", len(lines), buf.String())
+	}
+	var e map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &e); err != nil {
+		t.Fatalf("not JSON: %q", lines[0])
+	}
+	ts, _ := e["ts"].(string)
+	if e["msg"] != "visible" || e["k"] != 1.0 || !strings.Contains(ts, "T") || !strings.Contains(ts, ".") {
+		t.Fatalf("entry %v: want msg, k and an RFC 3339 time stamp with a fraction", e)
 	}
 }
 

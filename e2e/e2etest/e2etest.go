@@ -3,6 +3,7 @@ package e2etest
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -56,8 +57,32 @@ func PlaygroundWith(t *testing.T, configure func(*devenv.Config)) (*devenv.Playg
 		if err := p.Down(); err != nil {
 			t.Errorf("down: %v", err)
 		}
+		if bad := UnstructuredLines(p.Paths.OperatorLog); len(bad) > 0 {
+			t.Errorf("the operator wrote %d lines that are not one JSON object each (net/http's and the MySQL driver's go through its logger), e.g. %q", len(bad), bad[0])
+		}
 	})
 	return p, cfg
+}
+
+// UnstructuredLines are the lines of the log at path that are not one JSON
+// object each. A last line cut off by a SIGKILL is not counted.
+func UnstructuredLines(path string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	lines := strings.Split(string(b), "\n")
+	var bad []string
+	for i, l := range lines {
+		if strings.TrimSpace(l) == "" || (i == len(lines)-1 && !strings.HasSuffix(string(b), "\n")) {
+			continue
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) != nil {
+			bad = append(bad, l)
+		}
+	}
+	return bad
 }
 
 // WaitFor polls cond every 100 ms and fails the test after timeout.
