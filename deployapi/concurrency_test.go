@@ -276,21 +276,22 @@ func TestMetrics(t *testing.T) {
 	f.grant("failover-hold", "op-1", http.StatusCreated)
 	f.do(http.MethodGet, "/deploy/v1/groups/made-up-group-name", stranger, nil)
 	f.do(http.MethodGet, groupPath, stranger, nil)
+	f.do(http.MethodGet, groupPath+"?namespace=made-up-namespace", stranger, nil)
 
 	text := gatherText(t, f.reg)
 	for _, want := range []string{
-		`bloodraven_deploy_api_requests_total{group="playground",handler="grant",status="201"} 2`,
-		`bloodraven_deploy_api_requests_total{group="",handler="get_group",status="403"} 2`,
+		`bloodraven_deploy_api_requests_total{group="playground",handler="grant",namespace="` + f.groupNS + `",status="201"} 2`,
+		`bloodraven_deploy_api_requests_total{group="",handler="get_group",namespace="",status="403"} 3`,
 		`bloodraven_deploy_leases_active{group="playground",kind="migration",namespace="` + f.groupNS + `"} 1`,
 		`bloodraven_deploy_leases_active{group="playground",kind="failover-hold",namespace="` + f.groupNS + `"} 1`,
-		`bloodraven_deploy_api_request_duration_seconds_count{group="playground",handler="grant",status="201"} 2`,
+		`bloodraven_deploy_api_request_duration_seconds_count{group="playground",handler="grant",namespace="` + f.groupNS + `",status="201"} 2`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
-	if strings.Contains(text, "made-up-group-name") {
-		t.Error("an unauthorized path created a metric series")
+	if strings.Contains(text, "made-up-group-name") || strings.Contains(text, "made-up-namespace") {
+		t.Error("an unauthorized path or ?namespace= created a metric series")
 	}
 	f.clock.Step(31 * time.Second)
 	if text := gatherText(t, f.reg); strings.Contains(text, `namespace="`+f.groupNS+`"} 1`) {
@@ -312,8 +313,8 @@ func TestACallerThatWentAwayIsNoServerError(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer "+f.token)
 	f.srv.Handler().ServeHTTP(httptest.NewRecorder(), req)
 	text := gatherText(t, f.reg)
-	if !strings.Contains(text, `bloodraven_deploy_api_requests_total{group="",handler="renew",status="499"} 1`) &&
-		!strings.Contains(text, `bloodraven_deploy_api_requests_total{group="playground",handler="renew",status="499"} 1`) {
+	if !strings.Contains(text, `bloodraven_deploy_api_requests_total{group="",handler="renew",namespace="",status="499"} 1`) &&
+		!strings.Contains(text, `bloodraven_deploy_api_requests_total{group="playground",handler="renew",namespace="`+f.groupNS+`",status="499"} 1`) {
 		t.Fatalf("the cancelled renewal is not recorded as 499:\n%s", grepLines(text, "requests_total"))
 	}
 	if strings.Contains(grepLines(text, "requests_total"), `status="5`) {

@@ -24,13 +24,13 @@ func newMetrics(reg prometheus.Registerer, store *leasestore.Store, groups clien
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bloodraven_deploy_api_requests_total",
-			Help: "Deployment API requests by handler, status code and group (empty when the caller was not authorized for a group).",
-		}, []string{"handler", "status", "group"}),
+			Help: "Deployment API requests by handler, status code, and the group and its namespace (both empty when the caller was not authorized for a group).",
+		}, []string{"handler", "status", "namespace", "group"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "bloodraven_deploy_api_request_duration_seconds",
-			Help:    "Deployment API request latency by handler, status code and group.",
+			Help:    "Deployment API request latency by handler, status code, and the group and its namespace.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-		}, []string{"handler", "status", "group"}),
+		}, []string{"handler", "status", "namespace", "group"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -43,9 +43,9 @@ func newMetrics(reg prometheus.Registerer, store *leasestore.Store, groups clien
 	return m, nil
 }
 
-func (m *metrics) observe(handler, status, group string, d time.Duration) {
-	m.requests.WithLabelValues(handler, status, group).Inc()
-	m.duration.WithLabelValues(handler, status, group).Observe(d.Seconds())
+func (m *metrics) observe(handler, status, namespace, group string, d time.Duration) {
+	m.requests.WithLabelValues(handler, status, namespace, group).Inc()
+	m.duration.WithLabelValues(handler, status, namespace, group).Observe(d.Seconds())
 }
 
 // activeLeases counts live deployment leases at scrape time from the lease

@@ -200,15 +200,16 @@ func (s *Server) serve(hr *http.Request, ps httprouter.Params, rt route, c *call
 	return g, rt.act(hr, c, g)
 }
 
-// record writes the request's log line and metrics. The group label is
-// empty unless the caller was authorized for the group, so arbitrary paths
-// cannot create metric series.
+// record writes the request's log line and metrics. The group and
+// namespace labels are empty unless the caller was authorized for the group,
+// so neither an arbitrary path nor an arbitrary ?namespace= can create
+// metric series.
 func (s *Server) record(c *call, g *v1.MysqlFailoverGroup, res result, d time.Duration, ae *apiError) {
 	group, namespace := "", ""
 	if g != nil {
 		group, namespace = g.Name, g.Namespace
 	}
-	s.metrics.observe(c.route, strconv.Itoa(res.status), group, d)
+	s.metrics.observe(c.route, strconv.Itoa(res.status), namespace, group, d)
 	instance := c.instance
 	if res.instance != "" {
 		instance = res.instance
