@@ -89,6 +89,16 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "deploy" {
 		os.Exit(deploycmd.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr, os.Getenv))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "check-install" {
+		if err := checkInstall(os.Args[2:], os.Stdout); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				os.Exit(0)
+			}
+			fmt.Fprintln(os.Stderr, "bloodraven:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)

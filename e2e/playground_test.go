@@ -335,6 +335,28 @@ func TestPlaygroundComesUpAsDocumented(t *testing.T) {
 		}
 	})
 
+	// What `helm test` runs (templates/tests): with an identity that is not
+	// the operator's, every check passes; with the operator's own, the
+	// status-guard check must fail, since the operator may write status.
+	t.Run("check-install passes as another identity and catches the operator's", func(t *testing.T) {
+		run := func(kubeconfig string) (string, error) {
+			cmd := exec.Command(cfg.OperatorBinary, "check-install", "--kubeconfig", kubeconfig,
+				"--status-url", "http://"+cfg.AuxAddr+"/status", "--namespace", devenv.PlaygroundNamespace)
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		out, err := run(p.Paths.Kubeconfig)
+		if err != nil || strings.Count(out, "ok   ") != 3 || !strings.Contains(out, "ok   status-guard: a status patch of "+devenv.PlaygroundNamespace+"/"+devenv.GroupName) {
+			t.Fatalf("as the admin: %v\n%s", err, out)
+		}
+		t.Logf("as the admin:\n%s", out)
+		out, err = run(p.Paths.OperatorKubeconfig)
+		if err == nil || !strings.Contains(out, "FAIL status-guard: a dry-run status patch of") || !strings.Contains(out, "ok   status:") {
+			t.Fatalf("as the operator: the status-guard check passed (err %v)\n%s", err, out)
+		}
+		t.Logf("as the operator:\n%s", out)
+	})
+
 	down()
 	t.Run("down stops every listener it started", func(t *testing.T) {
 		for _, a := range []string{cfg.TLSAddr, cfg.AuxAddr, cfg.MetricsAddr, cfg.ProbeAddr} {
