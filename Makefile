@@ -28,7 +28,13 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 HELM           := $(BIN)/helm
 RULECHECK      := $(BIN)/rulecheck
 STATICCHECK    := $(BIN)/staticcheck
-TOOLS := $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(CONTROLLER_GEN) $(HELM) $(RULECHECK) $(STATICCHECK)
+# The CRDs of what the chart can render objects for (cert-manager's
+# Certificate and Issuer, the Prometheus Operator's PodMonitor and
+# PrometheusRule), copied from their Go modules for the chart's dry-run test.
+CERT_MANAGER_VERSION        := v1.19.1
+PROMETHEUS_OPERATOR_VERSION := v0.85.0
+THIRD_PARTY_CRDS            := $(BIN)/crds/.$(CERT_MANAGER_VERSION)-$(PROMETHEUS_OPERATOR_VERSION)
+TOOLS := $(KUBE_APISERVER) $(KUBECTL) $(ETCD) $(CONTROLLER_GEN) $(HELM) $(RULECHECK) $(STATICCHECK) $(THIRD_PARTY_CRDS)
 
 export KUBEBUILDER_ASSETS := $(BIN)
 
@@ -74,6 +80,18 @@ $(HELM): hack/tools/helm/go.mod hack/tools/helm/go.sum
 $(STATICCHECK): hack/tools/staticcheck/go.mod hack/tools/staticcheck/go.sum
 	@echo ">> building staticcheck"
 	cd hack/tools/staticcheck && $(GO) build -trimpath -o $@ honnef.co/go/tools/cmd/staticcheck
+	@touch $@
+
+$(THIRD_PARTY_CRDS):
+	@echo ">> cert-manager $(CERT_MANAGER_VERSION) and Prometheus Operator $(PROMETHEUS_OPERATOR_VERSION) CRDs from the module proxy"
+	@rm -rf $(BIN)/crds && mkdir -p $(BIN)/crds
+	@cm=$$(cd / && GOFLAGS=-mod=mod $(GO) mod download -json github.com/cert-manager/cert-manager@$(CERT_MANAGER_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p') && \
+	po=$$(cd / && GOFLAGS=-mod=mod $(GO) mod download -json github.com/prometheus-operator/prometheus-operator@$(PROMETHEUS_OPERATOR_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p') && \
+	test -n "$$cm" && test -n "$$po" && \
+	cp $$cm/deploy/crds/cert-manager.io_certificates.yaml $$cm/deploy/crds/cert-manager.io_issuers.yaml \
+		$$po/example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml \
+		$$po/example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml $(BIN)/crds/ && \
+	chmod u+w $(BIN)/crds/*.yaml
 	@touch $@
 
 $(RULECHECK): hack/tools/rulecheck/go.mod hack/tools/rulecheck/go.sum hack/tools/rulecheck/main.go
@@ -169,7 +187,7 @@ FUZZTIME ?= 10s
 FUZZ_TARGETS := deployapi:FuzzDecodeGrant deployapi:FuzzDecodeRenew deployclient:FuzzDecodeAnswer
 
 .PHONY: test
-test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) mariadb lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, a short fuzz run of the decoders, then the quick benchmark.
+test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) $(THIRD_PARTY_CRDS) mariadb lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, a short fuzz run of the decoders, then the quick benchmark.
 	@# The e2e package runs after the others, alone: its latency comparison
 	@# (the hostile tenant's, quiet against attacked renewals) must not share
 	@# this machine's cores with another package's tests.

@@ -79,7 +79,26 @@ var cases = map[string][]string{
 		"auxiliary.deployAPI.networkPolicy.additionalIngress[0].from[0].podSelector.matchLabels.app\\.kubernetes\\.io/name=escrow-client",
 		"auxiliary.deployAPI.networkPolicy.additionalIngress[0].ports[0].protocol=TCP",
 		"auxiliary.deployAPI.networkPolicy.additionalIngress[0].ports[0].port=8443"},
-	"namespaced": {watchNamespaces},
+	"namespaced":          {watchNamespaces},
+	"production":          production,
+	"single-replica":      {"replicas=1"},
+	"cert-manager-issuer": {"certManager.enabled=true", "certManager.issuerRef.name=platform-ca", "certManager.issuerRef.kind=ClusterIssuer"},
+}
+
+// production sets every value a production install touches: scheduling,
+// pod metadata, the operator's flags, cert-manager and monitoring.
+var production = []string{"replicas=3", "priorityClassName=platform-controllers",
+	"nodeSelector.kubernetes\\.io/os=linux",
+	"tolerations[0].key=dedicated", "tolerations[0].operator=Equal", "tolerations[0].value=platform", "tolerations[0].effect=NoSchedule",
+	"podAnnotations.example\\.com/owner=dba", "podLabels.team=databases", "imagePullSecrets[0].name=regcred",
+	"image.repository=registry.example.com/bloodraven", "image.tag=0.2.0-rc1",
+	"extraArgs[0]=--zap-encoder=console", "extraEnv[0].name=GOMEMLIMIT", "extraEnv[0].value=400MiB",
+	"logLevel=debug", "operator.probeInterval=5s", "operator.primaryProbeInterval=500ms", "operator.groupWorkers=32",
+	"operator.kubeAPIQPS=800", "operator.kubeAPIBurst=1600", "operator.controllerAPIQPS=400", "operator.controllerAPIBurst=800",
+	"operator.gracefulShutdownTimeout=45s",
+	"certManager.enabled=true",
+	"monitoring.podMonitor.enabled=true", "monitoring.podMonitor.additionalLabels.release=kube-prometheus-stack",
+	"monitoring.prometheusRule.enabled=true", "monitoring.prometheusRule.labels.release=kube-prometheus-stack",
 }
 
 // watchNamespaces is the namespaced mode of the cases.
@@ -231,6 +250,12 @@ func TestMisconfigurationFailsWithItsMessage(t *testing.T) {
 			`is not a namespace name: a DNS-1123 label (at most 63`},
 		"a watched namespace ending in a dash": {[]string{"watchNamespaces={team-}"},
 			`watchNamespaces: "team-" is not a namespace name`},
+		"cert-manager without the TLS listener": {[]string{"certManager.enabled=true", "auxiliary.escrowTLS.enabled=false", "webhooks.enabled=false"},
+			"certManager.enabled=true requires auxiliary.escrowTLS.enabled=true"},
+		"cert-manager and a caBundle": {[]string{"certManager.enabled=true", "webhooks.caBundle=Zm9v"},
+			"webhooks.caBundle is set and certManager.enabled=true"},
+		"an issuer without cert-manager": {[]string{"certManager.issuerRef.name=platform-ca"},
+			"certManager.issuerRef is set but certManager.enabled=false"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -257,9 +282,11 @@ func TestRenderedManifestsAreAcceptedByTheAPIServer(t *testing.T) {
 	common := []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment",
 		"ValidatingWebhookConfiguration", "CustomResourceDefinition", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
 		"FlowSchema", "PriorityLevelConfiguration"}
+	installThirdPartyCRDs(t)
 	for name, want := range map[string][]string{
-		"additional-ingress": append(common, "NetworkPolicy"),
+		"additional-ingress": append(common, "NetworkPolicy", "PodDisruptionBudget"),
 		"namespaced":         common,
+		"production":         append(common, "PodDisruptionBudget", "Certificate", "Issuer", "PodMonitor", "PrometheusRule"),
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := render(t, cases[name]...)

@@ -15,7 +15,7 @@ import (
 func build(t *testing.T, dir, pkg, name, version string) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), name)
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath",
+	cmd := exec.Command("go", "build", "-trimpath",
 		"-ldflags", "-s -w -X main.version="+version, "-o", out, pkg)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")

@@ -116,7 +116,26 @@ names resources of both scopes is split; a rule without resources
 {{- if and $a.deployAPI.enabled $a.deployAPI.networkPolicy.enabled .Values.webhooks.enabled (not $a.deployAPI.networkPolicy.apiServerSources) -}}
 {{- fail (printf "auxiliary.deployAPI.networkPolicy.apiServerSources is empty: the NetworkPolicy would block the Kubernetes API server's calls to the validating webhooks on port %v, and with failurePolicy: Fail every status write (the operator's own included) would be refused. List where the API server connects from as NetworkPolicy peers, for example --set 'auxiliary.deployAPI.networkPolicy.apiServerSources[0].ipBlock.cidr=10.0.0.10/32'. Find the addresses with: kubectl get endpointslices -n default -l kubernetes.io/service-name=kubernetes -o jsonpath='{.items[*].endpoints[*].addresses[*]}' (on a managed cluster, the control plane's CIDR from your provider; some CNIs see the nodes' addresses instead). Nothing is admitted by default." $a.escrowTLS.port) -}}
 {{- end -}}
+{{- if and .Values.certManager.enabled (not $a.escrowTLS.enabled) -}}
+{{- fail "certManager.enabled=true requires auxiliary.escrowTLS.enabled=true: cert-manager writes the listener's Secret (auxiliary.escrowTLS.existingSecret)" -}}
+{{- end -}}
+{{- if and .Values.certManager.enabled .Values.webhooks.caBundle -}}
+{{- fail "webhooks.caBundle is set and certManager.enabled=true: cert-manager's CA injector writes the bundle; leave webhooks.caBundle empty" -}}
+{{- end -}}
+{{- if and .Values.certManager.issuerRef.name (not .Values.certManager.enabled) -}}
+{{- fail "certManager.issuerRef is set but certManager.enabled=false: enable it, or remove the issuerRef" -}}
+{{- end -}}
 {{- if and $a.deployAPI.enabled $a.deployAPI.networkPolicy.enabled (not $a.service.enabled) -}}
 {{- fail "auxiliary.deployAPI.networkPolicy needs auxiliary.service.enabled=true: clients reach the API through the Service" -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Where the alerts' runbook_url points: docs/troubleshooting.md of this release. */}}
+{{- define "bloodraven.runbookBaseURL" -}}
+{{ .Values.monitoring.prometheusRule.runbookBaseURL | default (printf "https://github.com/shipstream/bloodraven/blob/v%s/docs/troubleshooting.md" .Chart.AppVersion) }}
+{{- end -}}
+
+{{/* The serving Certificate's name (cert-manager), also in inject-ca-from. */}}
+{{- define "bloodraven.servingCertificate" -}}
+{{ printf "%s-serving" (include "bloodraven.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end -}}
