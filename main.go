@@ -103,10 +103,17 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
-		fmt.Fprintln(os.Stderr, "bloodraven:", err)
+		if !errors.Is(err, errLogged) {
+			fmt.Fprintln(os.Stderr, "bloodraven:", err)
+		}
 		os.Exit(1)
 	}
 }
+
+// errLogged is returned by run for an error it has already written through
+// the JSON logger (once the logger exists, every line is JSON, the last one
+// included).
+var errLogged = errors.New("logged")
 
 func run() error {
 	opts, err := parseOptions(os.Args[1:], os.Getenv, os.Stderr)
@@ -128,11 +135,19 @@ func run() error {
 	}
 
 	ctx := ctrl.SetupSignalHandler()
-	return runManager(ctx, opts, log)
+	if err := runManager(ctx, opts, log); err != nil {
+		log.Error(err, "the operator stops")
+		return errLogged
+	}
+	return nil
 }
 
 // newLogger is controller-runtime's zap logger as the flags set it,
 // writing to w: JSON at info unless --zap-devel or --zap-encoder=console.
+// Outside --zap-devel it samples, as zap's production configuration does:
+// per second, the first 100 entries of a level and message, then every
+// 100th, so a flood of requests (junk tokens answered 401) costs a bounded
+// number of writes.
 func newLogger(z crzap.Options, w io.Writer) logr.Logger {
 	z.DestWriter = w
 	return crzap.New(crzap.UseFlagOptions(&z))

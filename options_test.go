@@ -147,6 +147,29 @@ func TestTheDefaultLoggerWritesJSONAtInfo(t *testing.T) {
 	}
 }
 
+// A flood of one message (a junk-token attack's 401s) is sampled as zap's
+// production configuration samples: per second, the first 100 of a message,
+// then every 100th.
+func TestAFloodOfOneMessageIsSampled(t *testing.T) {
+	o, err := parseOptions([]string{"--operator-identity=system:serviceaccount:bloodraven:bloodraven", "--leader-election-namespace=bloodraven"},
+		func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	log := newLogger(o.zap, &buf)
+	for range 250 {
+		log.Info("deploy api", "status", 401)
+	}
+	log.Info("another message")
+	if n := strings.Count(buf.String(), "deploy api"); n < 100 || n > 102 {
+		t.Fatalf("%d of 250 identical entries written, want the first 100 and about one in 100 after", n)
+	}
+	if !strings.Contains(buf.String(), "another message") {
+		t.Fatal("another message was dropped with the flood")
+	}
+}
+
 func TestVersionNeedsNoConfigurationAndIsTheRelease(t *testing.T) {
 	o, err := parseOptions([]string{"--version"}, func(string) string { return "" }, io.Discard)
 	if err != nil || !o.printVersionAndExit {
