@@ -42,14 +42,7 @@ func TestKubectlBloodravenAgainstThePlayground(t *testing.T) {
 	// A pipeline holds the mutex and a hold.
 	c := deployClient(t, p)
 	api := groupAPI(cfg.TLSAddr)
-	var tokens []string
-	for _, kind := range []string{"migration", "failover-hold"} {
-		st, grant := c.call(http.MethodPost, api+"/leases", map[string]any{"kind": kind, "operationId": "op-oncall", "instance": devenv.DatabaseName, "ttlSeconds": 120})
-		if st != http.StatusCreated {
-			t.Fatalf("grant %s: %d %v", kind, st, grant)
-		}
-		tokens = append(tokens, grant["token"].(string))
-	}
+	tokens := c.grantMutexAndHold(api, "op-oncall", 120)
 	noSecrets := func(t *testing.T, out string) {
 		t.Helper()
 		for _, tok := range tokens {

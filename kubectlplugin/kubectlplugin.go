@@ -125,10 +125,11 @@ func (e *Env) records(ctx context.Context, g *v1.MysqlFailoverGroup) ([]*leases.
 	return out, nil
 }
 
-func statusCommand(env *Env) *cobra.Command {
+// showCommand is a read-only command over one group and its records.
+func showCommand(env *Env, use, short string, write func(io.Writer, *v1.MysqlFailoverGroup, []*leases.Record, time.Time)) *cobra.Command {
 	return &cobra.Command{
-		Use:   "status GROUP",
-		Short: "The group's observation: primary, generation, conditions, the planned operation, the mutex and the holds",
+		Use:   use,
+		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -140,10 +141,14 @@ func statusCommand(env *Env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			writeStatus(env.Out, g, recs, env.Clock.Now())
+			write(env.Out, g, recs, env.Clock.Now())
 			return nil
 		},
 	}
+}
+
+func statusCommand(env *Env) *cobra.Command {
+	return showCommand(env, "status GROUP", "The group's observation: primary, generation, conditions, the planned operation, the mutex and the holds", writeStatus)
 }
 
 func writeStatus(out io.Writer, g *v1.MysqlFailoverGroup, recs []*leases.Record, now time.Time) {
@@ -207,24 +212,10 @@ func orNone(s string) string {
 }
 
 func leasesCommand(env *Env) *cobra.Command {
-	return &cobra.Command{
-		Use:   "leases GROUP",
-		Short: "The group's deployment Lease records (never a token or a token's hash)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			g, err := env.group(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			recs, err := env.records(ctx, g)
-			if err != nil {
-				return err
-			}
-			writeLeases(env.Out, recs, env.Clock.Now())
-			return nil
-		},
-	}
+	return showCommand(env, "leases GROUP", "The group's deployment Lease records (never a token or a token's hash)",
+		func(out io.Writer, _ *v1.MysqlFailoverGroup, recs []*leases.Record, now time.Time) {
+			writeLeases(out, recs, now)
+		})
 }
 
 func writeLeases(out io.Writer, recs []*leases.Record, now time.Time) {
