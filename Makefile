@@ -128,8 +128,9 @@ check-generate: generate ## Fail when generated files differ from what is commit
 ##@ Build and test
 
 .PHONY: build
-build: ## Build the operator into ./bin/bloodraven and the pipeline CLI into ./bin/bloodraven-deploy, versions stamped.
+build: ## Build the operator into ./bin/bloodraven, the pipeline CLI into ./bin/bloodraven-deploy and the kubectl plugin into ./bin/kubectl-bloodraven, versions stamped.
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/bloodraven .
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kubectl-bloodraven ./cmd/kubectl-bloodraven
 	cd $(CLIENT_MOD) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/bloodraven-deploy ./cmd/bloodraven-deploy
 
 # make image: the operator's and bloodraven-deploy's images, without Docker

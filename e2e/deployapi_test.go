@@ -195,3 +195,19 @@ func TestDeployAPIOverTLSAcrossLeaderChange(t *testing.T) {
 		t.Fatalf("mutex on the new leader: %d %v", st, body)
 	}
 }
+
+// grantMutexAndHold takes the migration mutex and a failover-hold for
+// operation op on the playground's database, and returns their tokens in
+// that order.
+func (c *tlsClient) grantMutexAndHold(api, op string, ttlSeconds int) []string {
+	c.t.Helper()
+	var tokens []string
+	for _, kind := range []string{"migration", "failover-hold"} {
+		st, grant := c.call(http.MethodPost, api+"/leases", map[string]any{"kind": kind, "operationId": op, "instance": devenv.DatabaseName, "ttlSeconds": ttlSeconds})
+		if st != http.StatusCreated {
+			c.t.Fatalf("grant %s: %d %v", kind, st, grant)
+		}
+		tokens = append(tokens, grant["token"].(string))
+	}
+	return tokens
+}

@@ -294,14 +294,7 @@ func TestPlaygroundComesUpAsDocumented(t *testing.T) {
 		// planned failover behind it.
 		c := deployClient(t, p)
 		api := groupAPI(cfg.TLSAddr)
-		var tokens []string
-		for _, kind := range []string{"migration", "failover-hold"} {
-			st, grant := c.call(http.MethodPost, api+"/leases", map[string]any{"kind": kind, "operationId": "op-metrics", "instance": devenv.DatabaseName, "ttlSeconds": 60})
-			if st != http.StatusCreated {
-				t.Fatalf("grant %s: %d %v", kind, st, grant)
-			}
-			tokens = append(tokens, grant["token"].(string))
-		}
+		tokens := c.grantMutexAndHold(api, "op-metrics", 60)
 		admin, err := client.New(p.AdminConfig, client.Options{Scheme: bloodravenscheme.New()})
 		if err != nil {
 			t.Fatal(err)
