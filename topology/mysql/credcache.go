@@ -19,14 +19,25 @@ const DefaultCredentialTTL = 5 * time.Minute
 // so no list or watch of Secrets is needed). Failed reads are not kept.
 // Invalidate forgets a group's account: the driver calls it when a site
 // refuses the account, so a rotated password is read again at once.
+// Concurrent Gets of one group that find no fresh account share one read:
+// the driver probes a group's sites in parallel, and each would otherwise
+// read the Secret.
 type CredentialCache struct {
 	Fetch Credentials
 	Clock clock.PassiveClock
 	// TTL; DefaultCredentialTTL when zero.
 	TTL time.Duration
 
-	mu sync.Mutex
-	m  map[credKey]credEntry
+	mu       sync.Mutex
+	m        map[credKey]credEntry
+	inflight map[credKey]*credRead
+}
+
+// credRead is one Fetch in progress; done is closed when it ended.
+type credRead struct {
+	done           chan struct{}
+	user, password string
+	err            error
 }
 
 type credKey struct {
@@ -54,32 +65,59 @@ func (c *CredentialCache) ttl() time.Duration {
 }
 
 // Get returns g's account, from the cache while it is younger than TTL.
+// When it must read, a read already in progress for g is waited for instead
+// of starting another; ctx bounds only the wait of this caller.
 func (c *CredentialCache) Get(ctx context.Context, g *v1.MysqlFailoverGroup) (string, string, error) {
 	k := keyOf(g)
 	now := c.Clock.Now()
 	c.mu.Lock()
-	e, ok := c.m[k]
-	c.mu.Unlock()
-	if ok && now.Sub(e.at) < c.ttl() {
+	if e, ok := c.m[k]; ok && now.Sub(e.at) < c.ttl() {
+		c.mu.Unlock()
 		return e.user, e.password, nil
 	}
-	user, pw, err := c.Fetch(ctx, g)
-	if err != nil {
-		return "", "", err
+	if r, ok := c.inflight[k]; ok {
+		c.mu.Unlock()
+		select {
+		case <-r.done:
+			return r.user, r.password, r.err
+		case <-ctx.Done():
+			return "", "", ctx.Err()
+		}
 	}
-	c.mu.Lock()
-	if c.m == nil {
-		c.m = map[credKey]credEntry{}
+	r := &credRead{done: make(chan struct{})}
+	if c.inflight == nil {
+		c.inflight = map[credKey]*credRead{}
 	}
-	c.m[k] = credEntry{user: user, password: pw, at: now}
+	c.inflight[k] = r
 	c.mu.Unlock()
-	return user, pw, nil
+
+	r.user, r.password, r.err = c.Fetch(ctx, g)
+	c.mu.Lock()
+	// A read that Invalidate overtook may hold the refused account: it
+	// answers its callers but is not kept.
+	if c.inflight[k] == r && r.err == nil {
+		if c.m == nil {
+			c.m = map[credKey]credEntry{}
+		}
+		c.m[k] = credEntry{user: r.user, password: r.password, at: now}
+	}
+	if c.inflight[k] == r {
+		delete(c.inflight, k)
+	}
+	c.mu.Unlock()
+	close(r.done)
+	if r.err != nil {
+		return "", "", r.err
+	}
+	return r.user, r.password, nil
 }
 
-// Invalidate forgets g's account.
+// Invalidate forgets g's account, and makes the next Get read again even
+// while an older read is in progress.
 func (c *CredentialCache) Invalidate(g *v1.MysqlFailoverGroup) {
 	c.mu.Lock()
 	delete(c.m, keyOf(g))
+	delete(c.inflight, keyOf(g))
 	c.mu.Unlock()
 }
 

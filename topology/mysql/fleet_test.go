@@ -119,3 +119,97 @@ func TestAProbeOfTwoPausedSitesTakesOneProbeBound(t *testing.T) {
 		t.Fatalf("probing two paused sites took %s: not in parallel (bound %s each)", took, topology.ProbeTimeout)
 	}
 }
+
+// TestConcurrentProbesOfOneGroupShareOneSecretRead pins what the TTL test
+// above flaked on in CI: the driver probes a group's sites in parallel, and
+// each site found the cached account expired, so the Secret was read twice.
+func TestConcurrentProbesOfOneGroupShareOneSecretRead(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	reads := 0
+	cc := &CredentialCache{
+		Clock: clocktesting.NewFakeClock(time.Now()),
+		Fetch: func(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
+			mu.Lock()
+			reads++
+			mu.Unlock()
+			<-release
+			return "bloodraven", "s3cret", nil
+		},
+	}
+	g := &v1.MysqlFailoverGroup{}
+	g.UID = "uid-orders"
+	const callers = 8
+	var started, done sync.WaitGroup
+	started.Add(callers)
+	done.Add(callers)
+	errs := make(chan error, callers)
+	for i := 0; i < callers; i++ {
+		go func() {
+			defer done.Done()
+			started.Done()
+			user, pw, err := cc.Get(context.Background(), g)
+			if err == nil && (user != "bloodraven" || pw != "s3cret") {
+				t.Errorf("got %q/%q", user, pw)
+			}
+			errs <- err
+		}()
+	}
+	started.Wait()
+	time.Sleep(100 * time.Millisecond) // every caller is inside Get
+	close(release)
+	done.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if reads != 1 {
+		t.Fatalf("%d concurrent Gets read the Secret %d times, want once", callers, reads)
+	}
+}
+
+func TestAnInvalidateDuringARereadIsNotUndoneByIt(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	reads := 0
+	cc := &CredentialCache{
+		Clock: clocktesting.NewFakeClock(time.Now()),
+		Fetch: func(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
+			mu.Lock()
+			reads++
+			n := reads
+			mu.Unlock()
+			if n == 1 {
+				<-release
+				return "bloodraven", "old", nil
+			}
+			return "bloodraven", "new", nil
+		},
+	}
+	g := &v1.MysqlFailoverGroup{}
+	g.UID = "uid-orders"
+	first := make(chan string)
+	go func() {
+		_, pw, _ := cc.Get(context.Background(), g)
+		first <- pw
+	}()
+	for {
+		mu.Lock()
+		n := reads
+		mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cc.Invalidate(g) // a site refused the account while "old" was being read
+	close(release)
+	if pw := <-first; pw != "old" {
+		t.Fatalf("the overtaken read answered %q", pw)
+	}
+	if _, pw, _ := cc.Get(context.Background(), g); pw != "new" {
+		t.Fatalf("after the refusal the cache answered %q, want a fresh read", pw)
+	}
+}
