@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shipstream/bloodraven/testenv"
+	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
 // env is the control plane; nil unless BLOODRAVEN_BENCH is set.

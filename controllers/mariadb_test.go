@@ -7,8 +7,8 @@ import (
 	"time"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/mariadblocal"
-	"github.com/shipstream/bloodraven/testenv"
+	"github.com/shipstream/bloodraven/internal/mariadblocal"
+	"github.com/shipstream/bloodraven/internal/testenv"
 	mysqldriver "github.com/shipstream/bloodraven/topology/mysql"
 )
 

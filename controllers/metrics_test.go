@@ -17,7 +17,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/testenv"
+	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
 // deferralAge reads the age series of op, or -1 when it is absent.

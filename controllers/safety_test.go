@@ -18,9 +18,9 @@ import (
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployapi"
+	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
-	"github.com/shipstream/bloodraven/testenv"
 	"github.com/shipstream/bloodraven/topology"
 )
 

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/leasestore"
-	"github.com/shipstream/bloodraven/testenv"
 )
 
 // docs/api.md is the contract in the repository: every error the code can

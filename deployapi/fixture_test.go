@@ -21,8 +21,8 @@ import (
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/scene"
+	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/leasestore"
-	"github.com/shipstream/bloodraven/testenv"
 )
 
 var (

@@ -14,9 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/internal/devenv"
+	"github.com/shipstream/bloodraven/internal/mariadblocal"
 	"github.com/shipstream/bloodraven/internal/scene"
-	"github.com/shipstream/bloodraven/mariadblocal"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 	mysqldriver "github.com/shipstream/bloodraven/topology/mysql"
 )

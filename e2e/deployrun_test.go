@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shipstream/bloodraven/devenv"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
+	"github.com/shipstream/bloodraven/internal/devenv"
 )
 
 // The primary's mariadbd dies while `bloodraven deploy run` holds the mutex

@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/internal/devenv"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 	"github.com/shipstream/bloodraven/topology"
 	mysqldriver "github.com/shipstream/bloodraven/topology/mysql"

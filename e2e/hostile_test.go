@@ -20,8 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/shipstream/bloodraven/devenv"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
+	"github.com/shipstream/bloodraven/internal/devenv"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 )
 

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/internal/devenv"
+	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/testenv"
 )
 
 // `kubectl bloodraven` as the person on call runs it: kubectl finds the

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/internal/devenv"
+	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/leasestore"
-	"github.com/shipstream/bloodraven/testenv"
 )
 
 // The operator binary fails over real MariaDB while every update of a

@@ -16,7 +16,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/scene"
 )
 

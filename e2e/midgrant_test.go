@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/internal/devenv"
 )
 
 // The leading operator is killed (SIGKILL) while grants for one operation

@@ -15,9 +15,9 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/shipstream/bloodraven/devenv"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
-	"github.com/shipstream/bloodraven/testenv"
+	"github.com/shipstream/bloodraven/internal/devenv"
+	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
 // The chart's namespaced install (watchNamespaces), for real: the operator

@@ -19,10 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/devenv"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
+	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/faultproxy"
-	"github.com/shipstream/bloodraven/mariadblocal"
+	"github.com/shipstream/bloodraven/internal/mariadblocal"
 	"github.com/shipstream/bloodraven/policy"
 )
 

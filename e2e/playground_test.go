@@ -27,10 +27,10 @@ import (
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/charts"
-	"github.com/shipstream/bloodraven/devenv"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
+	"github.com/shipstream/bloodraven/internal/devenv"
+	"github.com/shipstream/bloodraven/internal/testenv"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
-	"github.com/shipstream/bloodraven/testenv"
 )
 
 func freeAddr(t *testing.T) string { return testenv.FreeAddr(t) }

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/internal/devenv"
 )
 
 // The spec's quiz, on the binaries: a failover-hold is taken, a planned

@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/devenv"
-	"github.com/shipstream/bloodraven/testenv"
+	"github.com/shipstream/bloodraven/internal/devenv"
+	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
 // Defect 2 of issue 19, end to end with the operator binary and real

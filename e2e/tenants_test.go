@@ -29,13 +29,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/devenv"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
+	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/scene"
+	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
-	"github.com/shipstream/bloodraven/testenv"
 )
 
 // Issue 21: authority comes only from deploymentClients. A second tenant,

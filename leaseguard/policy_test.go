@@ -17,10 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/shipstream/bloodraven/internal/scene"
+	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/leaseguard"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
-	"github.com/shipstream/bloodraven/testenv"
 )
 
 var env *testenv.Env

@@ -26,9 +26,9 @@ import (
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/controllers"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
+	"github.com/shipstream/bloodraven/internal/mariadblocal"
+	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/leasestore"
-	"github.com/shipstream/bloodraven/mariadblocal"
-	"github.com/shipstream/bloodraven/testenv"
 	mysqldriver "github.com/shipstream/bloodraven/topology/mysql"
 )
 

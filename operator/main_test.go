@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/shipstream/bloodraven/testenv"
+	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
 var env *testenv.Env

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shipstream/bloodraven/pki"
+	"github.com/shipstream/bloodraven/internal/pki"
 )
 
 // startListener runs a TLSServer with a webhook at /validate and, when

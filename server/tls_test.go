@@ -14,8 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/shipstream/bloodraven/pki"
-	"github.com/shipstream/bloodraven/testenv"
+	"github.com/shipstream/bloodraven/internal/pki"
+	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
 func runtimeGosched() { runtime.Gosched(); time.Sleep(time.Millisecond) }

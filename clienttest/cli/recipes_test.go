@@ -16,7 +16,7 @@ import (
 
 	"github.com/shipstream/bloodraven/deployclient/deploycmd"
 	"github.com/shipstream/bloodraven/internal/operatortest"
-	"github.com/shipstream/bloodraven/testenv"
+	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
 // The recipes of examples/pipelines run: no kubelet runs here, so each

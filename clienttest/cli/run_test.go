@@ -24,7 +24,7 @@ import (
 	"github.com/shipstream/bloodraven/deployclient"
 	"github.com/shipstream/bloodraven/deployclient/deploycmd"
 	"github.com/shipstream/bloodraven/internal/operatortest"
-	"github.com/shipstream/bloodraven/testenv"
+	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
 // The test binary doubles as the CLI: run with reexecEnv=1 and the

@@ -17,7 +17,7 @@ import (
 
 	"github.com/shipstream/bloodraven/deployclient"
 	"github.com/shipstream/bloodraven/internal/operatortest"
-	"github.com/shipstream/bloodraven/testenv"
+	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
 var env *testenv.Env

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/internal/devenv"
 )
 
 // DeployRun is a `bloodraven deploy run` process against a playground,

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shipstream/bloodraven/devenv"
-	"github.com/shipstream/bloodraven/testenv"
+	"github.com/shipstream/bloodraven/internal/devenv"
+	"github.com/shipstream/bloodraven/internal/testenv"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/internal/devenv"
 )
 
 // Timing of a ReadOnlySampler.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/shipstream/bloodraven/devenv"
-	"github.com/shipstream/bloodraven/mariadblocal"
+	"github.com/shipstream/bloodraven/internal/devenv"
+	"github.com/shipstream/bloodraven/internal/mariadblocal"
 )
 
 // sampled builds a sampler over hand-made samples, one per 100 ms from t0:

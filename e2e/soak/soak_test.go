@@ -11,11 +11,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/devenv"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
+	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/scene"
+	"github.com/shipstream/bloodraven/internal/testenv"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
-	"github.com/shipstream/bloodraven/testenv"
 )
 
 // soakClients and soakDuration: 20 pipelines, each renewing for 5 minutes.

@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/shipstream/bloodraven/devenv"
+	"github.com/shipstream/bloodraven/internal/devenv"
 )
 
 func main() {

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/shipstream/bloodraven/internal/childproc"
-	"github.com/shipstream/bloodraven/mariadblocal"
-	"github.com/shipstream/bloodraven/testenv"
+	"github.com/shipstream/bloodraven/internal/mariadblocal"
+	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
 // envChild makes the test binary the panicking child; its value is a

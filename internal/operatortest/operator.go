@@ -40,10 +40,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/internal/pki"
+	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/operator"
-	"github.com/shipstream/bloodraven/pki"
-	"github.com/shipstream/bloodraven/testenv"
 	"github.com/shipstream/bloodraven/topology/memory"
 )
 

@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/mariadblocal"
-	"github.com/shipstream/bloodraven/testenv"
+	"github.com/shipstream/bloodraven/internal/mariadblocal"
+	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/topology"
 )
 

@@ -3,7 +3,7 @@ package devenv
 import (
 	"time"
 
-	"github.com/shipstream/bloodraven/pki"
+	"github.com/shipstream/bloodraven/internal/pki"
 )
 
 func (p *Playground) writeServingCertificate() error {

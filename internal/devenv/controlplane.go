@@ -16,9 +16,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/shipstream/bloodraven/internal/childproc"
-	"github.com/shipstream/bloodraven/pki"
+	"github.com/shipstream/bloodraven/internal/pki"
+	"github.com/shipstream/bloodraven/internal/testenv"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
-	"github.com/shipstream/bloodraven/testenv"
 )
 
 func (p *Playground) startControlPlane() error {

@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/shipstream/bloodraven/internal/mariadblocal"
 	"github.com/shipstream/bloodraven/internal/scene"
-	"github.com/shipstream/bloodraven/mariadblocal"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 )
 

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/shipstream/bloodraven/internal/pki"
 	"github.com/shipstream/bloodraven/internal/scene"
-	"github.com/shipstream/bloodraven/pki"
 )
 
 // installOperatorIdentity creates the operator's namespace, ServiceAccount

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shipstream/bloodraven/mariadblocal"
-	"github.com/shipstream/bloodraven/testenv"
+	"github.com/shipstream/bloodraven/internal/mariadblocal"
+	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
 // Concurrent servers must not share a tmpdir such as /tmp: a starting server

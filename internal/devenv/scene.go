@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/internal/pki"
 	"github.com/shipstream/bloodraven/internal/scene"
-	"github.com/shipstream/bloodraven/pki"
 )
 
 func (p *Playground) createScene(ctx context.Context, c client.Client, kube kubernetes.Interface) error {

@@ -53,7 +53,7 @@ type Options struct {
 // RepoRoot is the root of the project checkout.
 func RepoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Dir(filepath.Dir(file))
+	return filepath.Dir(filepath.Dir(filepath.Dir(file)))
 }
 
 // Start starts kube-apiserver and etcd and installs the CRDs.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"path/filepath"
 
-	"github.com/shipstream/bloodraven/mariadblocal"
+	"github.com/shipstream/bloodraven/internal/mariadblocal"
 )
 
 // Credentials of the playground's MariaDB administrative account, kept in
