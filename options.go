@@ -33,6 +33,7 @@ const (
 // options is the operator's whole configuration.
 type options struct {
 	metricsAddr      string
+	metricsSecure    bool
 	probeAddr        string
 	auxAddr          string
 	tlsAddr          string
@@ -108,6 +109,7 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 	}
 
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint.")
+	fs.BoolVar(&o.metricsSecure, "metrics-secure", false, "Serve /metrics over HTTPS with the certificate in --tls-cert-dir, only to callers whose bearer token passes a TokenReview and who may get the non-resource URL /metrics (a SubjectAccessReview).")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
 	fs.StringVar(&o.auxAddr, "auxiliary-bind-address", ":8082", "Address of the plain-HTTP auxiliary status port. Never serves /deploy/.")
 	fs.StringVar(&o.tlsAddr, "tls-bind-address", envStr(envTLSAddr, server.DefaultTLSAddr), "Address of the TLS listener for webhooks and /deploy/v1 (env "+envTLSAddr+").")

@@ -96,7 +96,7 @@ var production = []string{"replicas=3", "priorityClassName=platform-controllers"
 	"logLevel=debug", "operator.probeInterval=5s", "operator.primaryProbeInterval=500ms", "operator.groupWorkers=32",
 	"operator.kubeAPIQPS=800", "operator.kubeAPIBurst=1600", "operator.controllerAPIQPS=400", "operator.controllerAPIBurst=800",
 	"operator.gracefulShutdownTimeout=45s",
-	"certManager.enabled=true",
+	"certManager.enabled=true", "metrics.secure=true",
 	"monitoring.podMonitor.enabled=true", "monitoring.podMonitor.additionalLabels.release=kube-prometheus-stack",
 	"monitoring.prometheusRule.enabled=true", "monitoring.prometheusRule.labels.release=kube-prometheus-stack",
 }
@@ -254,6 +254,8 @@ func TestMisconfigurationFailsWithItsMessage(t *testing.T) {
 			"certManager.enabled=true requires auxiliary.escrowTLS.enabled=true"},
 		"cert-manager and a caBundle": {[]string{"certManager.enabled=true", "webhooks.caBundle=Zm9v"},
 			"webhooks.caBundle is set and certManager.enabled=true"},
+		"secure metrics without the TLS listener": {[]string{"metrics.secure=true", "auxiliary.escrowTLS.enabled=false", "webhooks.enabled=false"},
+			"metrics.secure=true requires auxiliary.escrowTLS.enabled=true"},
 		"an issuer without cert-manager": {[]string{"certManager.issuerRef.name=platform-ca"},
 			"certManager.issuerRef is set but certManager.enabled=false"},
 	}
@@ -286,7 +288,7 @@ func TestRenderedManifestsAreAcceptedByTheAPIServer(t *testing.T) {
 	for name, want := range map[string][]string{
 		"additional-ingress": append(common, "NetworkPolicy", "PodDisruptionBudget"),
 		"namespaced":         common,
-		"production":         append(common, "PodDisruptionBudget", "Certificate", "Issuer", "PodMonitor", "PrometheusRule"),
+		"production":         append(common, "PodDisruptionBudget", "Certificate", "Issuer", "PodMonitor", "PrometheusRule", "Secret"),
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := render(t, cases[name]...)

@@ -6,11 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -291,5 +295,104 @@ func TestCertManagerCoversBothServicesAndInjectsTheCA(t *testing.T) {
 	objs := docs(t, out)
 	if len(find(objs, "Certificate")) != 0 || find(objs, "ValidatingWebhookConfiguration")[0].GetAnnotations()["cert-manager.io/inject-ca-from"] != "" {
 		t.Fatal("cert-manager objects rendered without certManager.enabled")
+	}
+}
+
+// With metrics.secure the PodMonitor scrapes over HTTPS, verifying the
+// listener's certificate under a name it carries, and sends the token of a
+// scraper ServiceAccount that the API server (a real SubjectAccessReview,
+// with the rendered RBAC applied) lets get /metrics; the operator is told
+// --metrics-secure. Without it nothing of this renders.
+func TestSecureMetricsAreScrapedWithTheChartsScraper(t *testing.T) {
+	ctx := context.Background()
+	const release = "metrics"
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: release}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	out, err := renderRelease(t, release, release, "certManager.enabled=true", "metrics.secure=true", "monitoring.podMonitor.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := docs(t, out)
+	if args := fmt.Sprint(podSpec(t, objs)["containers"]); !strings.Contains(args, "--metrics-secure") {
+		t.Fatalf("the operator is not told --metrics-secure: %s", args)
+	}
+	pm := find(objs, "PodMonitor")
+	if len(pm) != 1 {
+		t.Fatalf("%d PodMonitors", len(pm))
+	}
+	eps, _, _ := unstructured.NestedSlice(pm[0].Object, "spec", "podMetricsEndpoints")
+	ep, _ := eps[0].(map[string]any)
+	scheme, _, _ := unstructured.NestedString(ep, "scheme")
+	caSecret, _, _ := unstructured.NestedString(ep, "tlsConfig", "ca", "secret", "name")
+	serverName, _, _ := unstructured.NestedString(ep, "tlsConfig", "serverName")
+	tokenSecret, _, _ := unstructured.NestedString(ep, "authorization", "credentials", "name")
+	tokenKey, _, _ := unstructured.NestedString(ep, "authorization", "credentials", "key")
+	if scheme != "https" || caSecret != "bloodraven-auxiliary-tls" || tokenKey != "token" {
+		t.Fatalf("PodMonitor endpoint: %v", ep)
+	}
+	var dnsNames []string
+	for _, c := range find(objs, "Certificate") {
+		if c.GetName() == "metrics-bloodraven-serving" {
+			dnsNames, _, _ = unstructured.NestedStringSlice(c.Object, "spec", "dnsNames")
+		}
+	}
+	if !slices.Contains(dnsNames, serverName) {
+		t.Fatalf("the PodMonitor verifies %q, which the serving certificate %v does not carry", serverName, dnsNames)
+	}
+	var scraper string
+	for _, s := range find(objs, "Secret") {
+		if s.GetName() == tokenSecret {
+			if typ, _, _ := unstructured.NestedString(s.Object, "type"); typ == "kubernetes.io/service-account-token" {
+				scraper = s.GetAnnotations()["kubernetes.io/service-account.name"]
+			}
+		}
+	}
+	if scraper == "" {
+		t.Fatalf("the PodMonitor's credentials %q are no ServiceAccount token Secret of the render", tokenSecret)
+	}
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding":
+		default:
+			continue
+		}
+		//lint:ignore SA1019 a server-side apply of arbitrary unstructured objects; client.Client.Apply takes typed apply configurations
+		if err := env.Client.Patch(ctx, o, client.Apply, client.FieldOwner("helm-chart-test"), client.ForceOwnership); err != nil {
+			t.Fatalf("apply %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
+	}
+	may := func(user string) bool {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
+			Groups:                []string{"system:serviceaccounts", "system:serviceaccounts:" + release, "system:authenticated"},
+			NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/metrics", Verb: "get"}}}
+		got, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Status.Allowed
+	}
+	user := "system:serviceaccount:" + release + ":" + scraper
+	deadline := time.Now().Add(10 * time.Second)
+	for !may(user) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s may not get /metrics", user)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if may("system:serviceaccount:" + release + ":someone-else") {
+		t.Fatal("any ServiceAccount of the namespace may get /metrics")
+	}
+
+	plain, err := renderRelease(t, release, release, "monitoring.podMonitor.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs = docs(t, plain)
+	eps, _, _ = unstructured.NestedSlice(find(objs, "PodMonitor")[0].Object, "spec", "podMetricsEndpoints")
+	if ep, _ := eps[0].(map[string]any); ep["scheme"] != nil || ep["authorization"] != nil || len(find(objs, "Secret")) != 0 ||
+		strings.Contains(fmt.Sprint(podSpec(t, objs)["containers"]), "--metrics-secure") {
+		t.Fatalf("metrics.secure=false rendered secure scraping: %v", ep)
 	}
 }
