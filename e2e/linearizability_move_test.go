@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/internal/childproc"
 )
 
 // moveClient is the history's client ID for the moves of the topology.
@@ -57,7 +58,7 @@ func TestMutexHistoryIsLinearizableAcrossMovesAndAPausedLeader(t *testing.T) {
 			// webhook that admits it); let it resume into both.
 			pid := p.Operator().Pid()
 			request()
-			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			if err := childproc.Stop(pid, 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			paused := time.Now()

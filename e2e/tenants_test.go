@@ -30,6 +30,7 @@ import (
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
+	"github.com/shipstream/bloodraven/internal/childproc"
 	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/scene"
 	"github.com/shipstream/bloodraven/internal/testenv"
@@ -424,7 +425,9 @@ func (f *flood) alternate(period time.Duration) <-chan windows {
 				return
 			case <-time.After(period):
 			}
-			if f.cmd.Process.Signal(syscall.SIGSTOP) != nil {
+			// Stop returns once the flood no longer runs, so the window
+			// ends when the flood does, not when the signal was sent.
+			if childproc.Stop(f.cmd.Process.Pid, 10*time.Second) != nil {
 				out <- append(ws, window{start, time.Now()})
 				return // it exited
 			}

@@ -79,7 +79,7 @@ func Children(ppid int) (map[int][]string, error) {
 		if err != nil {
 			continue
 		}
-		state, pp, ok := stat(pid)
+		state, pp, ok := stat(pid, 0)
 		if !ok || pp != parent || state == "Z" || state == "X" {
 			continue
 		}
@@ -94,13 +94,18 @@ func Children(ppid int) (map[int][]string, error) {
 
 // Running tells whether pid is a live process (not gone, not a zombie).
 func Running(pid int) bool {
-	state, _, ok := stat(pid)
+	state, _, ok := stat(pid, 0)
 	return ok && state != "Z" && state != "X"
 }
 
-// stat reads a process's state and parent pid from /proc/<pid>/stat.
-func stat(pid int) (state, ppid string, ok bool) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+// stat reads a process's state and parent pid from /proc/<pid>/stat, or,
+// when tid is not 0, a thread's from /proc/<pid>/task/<tid>/stat.
+func stat(pid, tid int) (state, ppid string, ok bool) {
+	path := filepath.Join("/proc", strconv.Itoa(pid), "stat")
+	if tid != 0 {
+		path = filepath.Join("/proc", strconv.Itoa(pid), "task", strconv.Itoa(tid), "stat")
+	}
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", "", false
 	}

@@ -243,7 +243,9 @@ func (s *Server) Pause() error {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return fmt.Errorf("mariadbd %s is not running", s.Name)
 	}
-	return s.cmd.Process.Signal(syscall.SIGSTOP)
+	// Returns once every thread is stopped: kill(2) alone returns before
+	// that, and a loaded machine let a "paused" server answer for seconds.
+	return childproc.Stop(s.cmd.Process.Pid, 10*time.Second)
 }
 
 // Resume continues a paused server (SIGCONT).
