@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -29,40 +28,12 @@ import (
 // PodMonitor and PrometheusRule like any other object.
 func installThirdPartyCRDs(t *testing.T) {
 	t.Helper()
-	ctx := context.Background()
-	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(), "bin", "crds", "*.yaml"))
-	if err != nil || len(files) < 4 {
-		t.Fatalf("bin/crds holds %d CRDs (%v): run `make tools`", len(files), err)
+	files, err := testenv.ThirdPartyCRDs()
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		crd := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(b, &crd.Object); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if err := env.Client.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("install %s: %v", crd.GetName(), err)
-		}
-		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			got := &unstructured.Unstructured{}
-			got.SetGroupVersionKind(crd.GroupVersionKind())
-			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(crd), got); err != nil {
-				return false, nil
-			}
-			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-			for _, c := range conds {
-				if m, _ := c.(map[string]any); m["type"] == "Established" && m["status"] == "True" {
-					return true, nil
-				}
-			}
-			return false, nil
-		})
-		if err != nil {
-			t.Fatalf("CRD %s not established: %v", crd.GetName(), err)
-		}
+	if err := testenv.InstallCRDFiles(context.Background(), env.Client, files...); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/shipstream/bloodraven/e2e/e2etest"
@@ -87,16 +84,8 @@ func chartRBAC(t *testing.T, sets ...string) []client.Object {
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	var objs []client.Object
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			t.Fatal(err)
-		}
+	for _, u := range e2etest.Objects(t, bytes.NewReader(out)) {
 		switch u.GetKind() {
 		case "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding":
 			objs = append(objs, u)

@@ -350,6 +350,10 @@ func TestPlaygroundComesUpAsDocumented(t *testing.T) {
 		t.Logf("as the operator:\n%s", out)
 	})
 
+	t.Run("the README quickstart runs against the playground up to where a cluster is needed", func(t *testing.T) {
+		runQuickstart(t, root, p)
+	})
+
 	down()
 	t.Run("down stops every listener it started", func(t *testing.T) {
 		for _, a := range []string{cfg.TLSAddr, cfg.AuxAddr, cfg.MetricsAddr, cfg.ProbeAddr} {

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,7 +17,9 @@ import (
 
 	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/testenv"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
 // Playground builds the operator and brings up a playground on free ports
@@ -159,4 +163,24 @@ func MetricValue(t *testing.T, url, name string) float64 {
 	}
 	t.Fatalf("%s not on %s", name, url)
 	return 0
+}
+
+// Objects decodes a stream of YAML or JSON documents (helm's output, a
+// manifest file) into objects, empty documents left out.
+func Objects(t *testing.T, r io.Reader) []*unstructured.Unstructured {
+	t.Helper()
+	var out []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out
+			}
+			t.Fatal(err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
 }

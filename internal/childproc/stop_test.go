@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -19,7 +20,9 @@ func TestStopReturnsOnlyWhenEveryThreadIsStopped(t *testing.T) {
 		runtime.GOMAXPROCS(8)
 		for i := 0; i < 8; i++ {
 			go func() {
+				var n atomic.Int64
 				for {
+					n.Add(1)
 				}
 			}()
 		}
