@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
@@ -35,6 +36,9 @@ type AdmissionInput struct {
 	// WaitSiteUnreachable), TargetReason its message.
 	TargetWait   string
 	TargetReason string
+	// BudgetSpent: the request's deferral budget is used up
+	// (DecideDeferralBudget): live holds no longer defer it.
+	BudgetSpent bool
 }
 
 // Admission is the decision.
@@ -49,6 +53,10 @@ type Admission struct {
 	// Reason, for WaitForTarget: PlannedReady's reason.
 	Reason  string
 	Message string
+	// Revoke: live holds that no longer defer the request because its
+	// deferral budget is spent; each is revoked with reason
+	// deferral_budget_exhausted before the operation proceeds.
+	Revoke []*leases.Record
 	// Lapsed, for Admitted: holds whose record is still active although they
 	// no longer defer anything (expired, or their operation lost the
 	// mutex). An admission stands only once each is recorded as expired with
@@ -72,8 +80,13 @@ func Admit(in AdmissionInput) Admission {
 		}
 	}
 	var firstEnd time.Time
+	var revoke []*leases.Record
 	for _, r := range effective {
 		if r.Kind != leases.KindFailoverHold {
+			continue
+		}
+		if in.BudgetSpent {
+			revoke = append(revoke, r)
 			continue
 		}
 		end := leases.DeferralEnd(r, mig)
@@ -86,15 +99,15 @@ func Admit(in AdmissionInput) Admission {
 			Message: fmt.Sprintf("deferred by failover-hold of operation %s (instance %s)", first.OperationID, first.Instance)}
 	}
 	if !in.TargetReady {
-		return Admission{Verdict: WaitForTarget, Reason: in.TargetWait, Message: in.TargetReason}
+		return Admission{Verdict: WaitForTarget, Reason: in.TargetWait, Message: in.TargetReason, Revoke: revoke}
 	}
 	var lapsed []*leases.Record
 	for _, r := range in.Leases {
-		if r.Kind == leases.KindFailoverHold && r.State == leases.StateActive && r.BelongsTo(in.GroupUID) {
+		if r.Kind == leases.KindFailoverHold && r.State == leases.StateActive && r.BelongsTo(in.GroupUID) && !slices.Contains(revoke, r) {
 			lapsed = append(lapsed, r) // active, yet not effective: it lapsed
 		}
 	}
-	return Admission{Verdict: Admitted, Lapsed: lapsed}
+	return Admission{Verdict: Admitted, Lapsed: lapsed, Revoke: revoke}
 }
 
 // Request names a planned operation: its kind (PlannedFailover,

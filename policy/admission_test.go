@@ -35,6 +35,7 @@ func TestAdmit(t *testing.T) {
 		wantRetry   time.Time
 		wantBlocker string
 		wantLapsed  int
+		wantRevoke  int
 	}{
 		"nothing held": {in: AdmissionInput{TargetReady: true}, want: Admitted},
 		"a migration lease alone defers nothing": {
@@ -72,6 +73,16 @@ func TestAdmit(t *testing.T) {
 				{GroupUID: "old", Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", State: leases.StateActive, ExpiresAt: later}}},
 			want: Admitted},
 		"an unready target waits": {in: AdmissionInput{TargetReady: false, TargetReason: "target site pdx is unreachable"}, want: WaitForTarget},
+		"a spent deferral budget: the live hold is revoked and the operation proceeds": {
+			in:   AdmissionInput{TargetReady: true, BudgetSpent: true, Leases: held("a", leases.StateActive, later)},
+			want: Admitted, wantRevoke: 1},
+		"a spent budget revokes only live holds; a lapsed one is only lapsed": {
+			in: AdmissionInput{TargetReady: true, BudgetSpent: true, Leases: recs(held("b", leases.StateActive, later),
+				[]*leases.Record{lease(leases.KindFailoverHold, "a", leases.StateActive, later)})},
+			want: Admitted, wantRevoke: 1, wantLapsed: 1},
+		"a spent budget with an unready target still revokes, then waits": {
+			in:   AdmissionInput{TargetReady: false, BudgetSpent: true, Leases: held("a", leases.StateActive, later)},
+			want: WaitForTarget, wantRevoke: 1},
 		"a hold is reported before an unready target": {
 			in:   AdmissionInput{TargetReady: false, Leases: held("a", leases.StateActive, later)},
 			want: DeferForHold, wantRetry: later, wantBlocker: "a"},
@@ -80,7 +91,7 @@ func TestAdmit(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			tc.in.Now, tc.in.GroupUID = t0, uid
 			got := Admit(tc.in)
-			if got.Verdict != tc.want || !got.RetryTime.Equal(tc.wantRetry) || len(got.Lapsed) != tc.wantLapsed {
+			if got.Verdict != tc.want || !got.RetryTime.Equal(tc.wantRetry) || len(got.Lapsed) != tc.wantLapsed || len(got.Revoke) != tc.wantRevoke {
 				t.Fatalf("got %+v, want verdict %d retry %v", got, tc.want, tc.wantRetry)
 			}
 			if tc.wantBlocker != "" {

@@ -47,6 +47,10 @@ const (
 	// OutcomeUnstable: the request would succeed but the group is between
 	// confirmed states (423); nothing is written.
 	OutcomeUnstable
+	// OutcomeDeferralBudgetExhausted: a failover-hold grant that would
+	// succeed while a planned operation's deferral budget is spent and the
+	// operation has not run yet (409 deferral_budget_exhausted).
+	OutcomeDeferralBudgetExhausted
 )
 
 // Decision is an outcome and what it refers to.
@@ -78,6 +82,9 @@ type GroupView struct {
 	// RevokePending: the revoke annotation is present; no grant until the
 	// controller has revoked every live lease and removed it.
 	RevokePending bool
+	// DeferralBudgetSpent: a planned operation's deferral budget is spent
+	// and the operation has not run; no failover-hold grant.
+	DeferralBudgetSpent bool
 }
 
 // Move is the view's last move of the topology.
@@ -185,7 +192,17 @@ func decideMigrationGrant(in GrantInput) Decision {
 	}
 }
 
+// decideHoldGrant: 403 migration_not_held, then 409 (revoked, then a spent
+// deferral budget), then, in DecideGrant, 423.
 func decideHoldGrant(in GrantInput) Decision {
+	d := decideHoldGrantIgnoringBudget(in)
+	if isSuccess(d.Outcome) && in.Group.DeferralBudgetSpent {
+		return Decision{Outcome: OutcomeDeferralBudgetExhausted}
+	}
+	return d
+}
+
+func decideHoldGrantIgnoringBudget(in GrantInput) Decision {
 	m := in.Migration
 	if !m.Live(in.Now) || m.OperationID != in.OperationID || m.Instance != in.Instance || m.Identity != in.Identity {
 		return Decision{Outcome: OutcomeMigrationNotHeld}

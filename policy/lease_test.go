@@ -64,6 +64,16 @@ func TestDecideGrant(t *testing.T) {
 			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: g, Migration: rec("a", leases.StateActive, 7, live), Hold: rec("a", leases.StateActive, 7, live)}, want: OutcomeRegrant},
 		"hold after a released hold is a new grant": {
 			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: g, Migration: rec("a", leases.StateActive, 7, live), Hold: rec("a", leases.StateReleased, 7, live)}, want: OutcomeTakeOver},
+		"a spent deferral budget refuses a hold grant": {
+			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: GroupView{UID: uid, Generation: 7, DeferralBudgetSpent: true}, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeDeferralBudgetExhausted},
+		"a spent deferral budget comes after 403 migration_not_held": {
+			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "b", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: GroupView{UID: uid, Generation: 7, DeferralBudgetSpent: true}, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeMigrationNotHeld},
+		"a spent deferral budget comes before 423": {
+			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: GroupView{UID: uid, Generation: 7, DeferralBudgetSpent: true, Reservation: true}, Migration: rec("a", leases.StateActive, 7, live)}, want: OutcomeDeferralBudgetExhausted},
+		"a hold revoked by the budget answers revoked": {
+			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: GroupView{UID: uid, Generation: 7, DeferralBudgetSpent: true}, Migration: rec("a", leases.StateActive, 7, live), Hold: rec("a", leases.StateRevoked, 7, live)}, want: OutcomeRevoked},
+		"a spent deferral budget does not refuse the migration mutex": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Group: GroupView{UID: uid, Generation: 7, DeferralBudgetSpent: true}}, want: OutcomeCreate},
 		"hold without any migration": {
 			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Group: g}, want: OutcomeMigrationNotHeld},
 		"hold by another operation": {
