@@ -35,7 +35,17 @@ func TestStopReturnsOnlyWhenEveryThreadIsStopped(t *testing.T) {
 			t.Fatal(err)
 		}
 		pid := cmd.Process.Pid
-		time.Sleep(50 * time.Millisecond) // every thread started and spinning
+		// Wait until the spinners run: a stop is then racing them.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			if n, err := runningThreads(pid); err == nil && n >= 8 {
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				_ = cmd.Wait()
+				t.Fatal("the child's spinning threads never ran")
+			}
+		}
 		err := Stop(pid, 10*time.Second)
 		running, rerr := runningThreads(pid)
 		_ = syscall.Kill(pid, syscall.SIGKILL)

@@ -92,24 +92,24 @@ func (c *CredentialCache) Get(ctx context.Context, g *v1.MysqlFailoverGroup) (st
 	c.mu.Unlock()
 
 	r.user, r.password, r.err = c.Fetch(ctx, g)
+	if r.err != nil {
+		r.user, r.password = "", ""
+	}
 	c.mu.Lock()
 	// A read that Invalidate overtook may hold the refused account: it
 	// answers its callers but is not kept.
-	if c.inflight[k] == r && r.err == nil {
-		if c.m == nil {
-			c.m = map[credKey]credEntry{}
-		}
-		c.m[k] = credEntry{user: r.user, password: r.password, at: now}
-	}
 	if c.inflight[k] == r {
 		delete(c.inflight, k)
+		if r.err == nil {
+			if c.m == nil {
+				c.m = map[credKey]credEntry{}
+			}
+			c.m[k] = credEntry{user: r.user, password: r.password, at: now}
+		}
 	}
 	c.mu.Unlock()
 	close(r.done)
-	if r.err != nil {
-		return "", "", r.err
-	}
-	return r.user, r.password, nil
+	return r.user, r.password, r.err
 }
 
 // Invalidate forgets g's account, and makes the next Get read again even

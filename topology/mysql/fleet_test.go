@@ -120,25 +120,48 @@ func TestAProbeOfTwoPausedSitesTakesOneProbeBound(t *testing.T) {
 	}
 }
 
+// gatedFetch is a Credentials that counts its reads; each read answers
+// answer(n) for the n-th read, and the first waits until release is closed.
+type gatedFetch struct {
+	mu      sync.Mutex
+	reads   int
+	release chan struct{}
+	answer  func(n int) string
+}
+
+func newGatedFetch(answer func(n int) string) *gatedFetch {
+	return &gatedFetch{release: make(chan struct{}), answer: answer}
+}
+
+func (f *gatedFetch) fetch(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
+	f.mu.Lock()
+	f.reads++
+	n := f.reads
+	f.mu.Unlock()
+	if n == 1 {
+		<-f.release
+	}
+	return "bloodraven", f.answer(n), nil
+}
+
+func (f *gatedFetch) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reads
+}
+
+func (f *gatedFetch) cache() (*CredentialCache, *v1.MysqlFailoverGroup) {
+	g := &v1.MysqlFailoverGroup{}
+	g.UID = "uid-orders"
+	return &CredentialCache{Clock: clocktesting.NewFakeClock(time.Now()), Fetch: f.fetch}, g
+}
+
 // TestConcurrentProbesOfOneGroupShareOneSecretRead pins what the TTL test
 // above flaked on in CI: the driver probes a group's sites in parallel, and
 // each site found the cached account expired, so the Secret was read twice.
 func TestConcurrentProbesOfOneGroupShareOneSecretRead(t *testing.T) {
-	release := make(chan struct{})
-	var mu sync.Mutex
-	reads := 0
-	cc := &CredentialCache{
-		Clock: clocktesting.NewFakeClock(time.Now()),
-		Fetch: func(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
-			mu.Lock()
-			reads++
-			mu.Unlock()
-			<-release
-			return "bloodraven", "s3cret", nil
-		},
-	}
-	g := &v1.MysqlFailoverGroup{}
-	g.UID = "uid-orders"
+	f := newGatedFetch(func(int) string { return "s3cret" })
+	cc, g := f.cache()
 	const callers = 8
 	var started, done sync.WaitGroup
 	started.Add(callers)
@@ -156,8 +179,11 @@ func TestConcurrentProbesOfOneGroupShareOneSecretRead(t *testing.T) {
 		}()
 	}
 	started.Wait()
-	time.Sleep(100 * time.Millisecond) // every caller is inside Get
-	close(release)
+	// Give every caller time to reach Get while the first read is held.
+	// The assertion holds whatever the timing with shared reads; the pause
+	// is what lets a cache without them read more than once.
+	time.Sleep(100 * time.Millisecond)
+	close(f.release)
 	done.Wait()
 	close(errs)
 	for err := range errs {
@@ -165,47 +191,29 @@ func TestConcurrentProbesOfOneGroupShareOneSecretRead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if reads != 1 {
-		t.Fatalf("%d concurrent Gets read the Secret %d times, want once", callers, reads)
+	if n := f.count(); n != 1 {
+		t.Fatalf("%d concurrent Gets read the Secret %d times, want once", callers, n)
 	}
 }
 
 func TestAnInvalidateDuringARereadIsNotUndoneByIt(t *testing.T) {
-	release := make(chan struct{})
-	var mu sync.Mutex
-	reads := 0
-	cc := &CredentialCache{
-		Clock: clocktesting.NewFakeClock(time.Now()),
-		Fetch: func(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
-			mu.Lock()
-			reads++
-			n := reads
-			mu.Unlock()
-			if n == 1 {
-				<-release
-				return "bloodraven", "old", nil
-			}
-			return "bloodraven", "new", nil
-		},
-	}
-	g := &v1.MysqlFailoverGroup{}
-	g.UID = "uid-orders"
+	f := newGatedFetch(func(n int) string {
+		if n == 1 {
+			return "old"
+		}
+		return "new"
+	})
+	cc, g := f.cache()
 	first := make(chan string)
 	go func() {
 		_, pw, _ := cc.Get(context.Background(), g)
 		first <- pw
 	}()
-	for {
-		mu.Lock()
-		n := reads
-		mu.Unlock()
-		if n == 1 {
-			break
-		}
+	for f.count() != 1 {
 		time.Sleep(time.Millisecond)
 	}
 	cc.Invalidate(g) // a site refused the account while "old" was being read
-	close(release)
+	close(f.release)
 	if pw := <-first; pw != "old" {
 		t.Fatalf("the overtaken read answered %q", pw)
 	}
