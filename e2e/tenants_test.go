@@ -61,8 +61,8 @@ import (
 // spans (the 10 s before the attacks and the pauses): measured in the same
 // run, interleaved, so both share whatever else loads the machine. The
 // renewals are the run's own and a meter's (a lease of a second group of
-// the victim's, renewed every 100 ms with the victim's token), so that
-// each side has hundreds. A
+// the victim's, renewed every 25 ms with the victim's token), so that
+// each side has at least 400 and p99 is not one stall. A
 // run started without --namespace once the same-named group exists gets
 // the ambiguity refusal at acquisition (exit 8) and starts no command.
 func TestAHostileTenantChangesNothingForTheVictim(t *testing.T) {
@@ -139,7 +139,8 @@ func TestAHostileTenantChangesNothingForTheVictim(t *testing.T) {
 			qm, am := quantile(quiet, 50), quantile(attacked, 50)
 			t.Logf("%s: %d renewals quiet (p50 %.1f ms, p99 %.1f ms), %d under attack (p50 %.1f ms, p99 %.1f ms); junk: %d sent, %v answers",
 				mode.name, len(quiet), qm, qp, len(attacked), am, ap, floodStats.Sent, floodStats.ByStatus)
-			if len(quiet) < 100 || len(attacked) < 100 {
+			t.Logf("%s: slowest renewals quiet %s; under attack %s", mode.name, slowest(quiet, 5), slowest(attacked, 5))
+			if len(quiet) < minRenewalsPerSide || len(attacked) < minRenewalsPerSide {
 				t.Fatalf("too few renewals for a p99: %d quiet, %d under attack", len(quiet), len(attacked))
 			}
 			if ap > 2*qp {
@@ -483,6 +484,17 @@ func victimRequests(t *testing.T, logPath string, begin time.Time) []victimReque
 	return out
 }
 
+// slowest formats the n largest of xs, slowest first.
+func slowest(xs []float64, n int) string {
+	s := append([]float64(nil), xs...)
+	sort.Sort(sort.Reverse(sort.Float64Slice(s)))
+	parts := make([]string, 0, n)
+	for _, x := range s[:min(n, len(s))] {
+		parts = append(parts, strconv.FormatFloat(x, 'f', 1, 64))
+	}
+	return strings.Join(parts, ", ") + " ms"
+}
+
 // p99 is the 99th percentile (nearest rank) of xs; 0 for none.
 func p99(xs []float64) float64 { return quantile(xs, 99) }
 
@@ -518,10 +530,18 @@ func createMeterGroup(t *testing.T, ctx context.Context, admin client.Client) {
 }
 
 // meter renews a migration lease of the meter group with the victim's
-// token every 100 ms: with the run's own renewals (about one a second)
-// alone, p99 over the bursts is the slowest of some 20 renewals, and one
-// scheduling stall on two shared cores decides it. With the meter there
-// are hundreds on each side, so p99 is a percentile.
+// token every meterPeriod. With the run's own renewals (about one a
+// second) alone, p99 over the bursts is the slowest of some 20 renewals,
+// and one scheduling stall on two shared cores decides it. At 100 ms
+// there were about 180 under attack, so p99 was the second slowest: the
+// ratio was 1.90 in a local run and 2.07 in a clean-clone CI. At 25 ms
+// there are some 650, p99 is about the seventh slowest, and the measured
+// ratios were 0.85-1.34.
+const (
+	meterPeriod        = 25 * time.Millisecond
+	minRenewalsPerSide = 400
+)
+
 type meter struct {
 	stop     chan struct{}
 	done     chan struct{}
@@ -543,7 +563,7 @@ func startMeter(t *testing.T, c *tlsClient, addr, op string) *meter {
 	m := &meter{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
-		tick := time.NewTicker(100 * time.Millisecond)
+		tick := time.NewTicker(meterPeriod)
 		defer tick.Stop()
 		for {
 			select {
