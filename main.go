@@ -75,7 +75,7 @@ func Version() string {
 // RBAC the operator needs; controller-gen renders config/rbac/role.yaml.
 // +kubebuilder:rbac:groups=bloodraven.shipstream.io,resources=mysqlfailovergroups,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=bloodraven.shipstream.io,resources=mysqlfailovergroups/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=bloodraven.shipstream.io,resources=mysqldatabases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=bloodraven.shipstream.io,resources=mysqldatabases,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=bloodraven.shipstream.io,resources=mysqldatabases/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create

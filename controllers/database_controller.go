@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/policy"
 )
 
 // Condition types of a MysqlDatabase.
@@ -36,6 +38,13 @@ const (
 // DatabaseReconciler writes a MysqlDatabase's status: whether its group
 // exists, and whether anyone may coordinate deployments for it. It decides
 // nothing else; authorization is read from the spec on every API request.
+// It also runs the database's side of the schema-verification gate: it
+// announces a gate closed (by the deployment API or the group controller)
+// with Event SchemaVerificationRequired, once, and opens it on the
+// schema-verified annotation naming the pending operation
+// (policy.OpenGate): the condition turns False, the annotation is removed,
+// Event SchemaVerified. Each Event is emitted only by the status write
+// that succeeded, so never twice.
 //
 // It reads the database and its group from Client's cache: its status is
 // advisory (the deployment API reads a database's spec on every request and
@@ -46,6 +55,8 @@ const (
 type DatabaseReconciler struct {
 	Client client.Client
 	Clock  clock.PassiveClock
+	// Recorder emits the gate's Events; nil emits none.
+	Recorder record.EventRecorder
 	// Workers reconcile databases at once (DefaultDatabaseWorkers when
 	// zero).
 	Workers int
@@ -87,11 +98,33 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	set(DatabaseDeploymentClients, n > 0, "Listed", "NoneListed",
 		map[bool]string{true: fmt.Sprintf("%d ServiceAccount(s) may coordinate deployments", n), false: "no ServiceAccount may call the deployment API for this database"}[n > 0])
 	db.Status.ObservedGeneration = db.Generation
-	if equality.Semantic.DeepEqual(persisted, &db.Status) {
-		return ctrl.Result{}, nil
+
+	verifiedAs, annotated := db.Annotations[v1.SchemaVerifiedAnnotation]
+	verification := policy.OpenGate(db.Status, verifiedAs, annotated, db.Generation, now.Time)
+	db.Status = verification.Status
+	var announce *v1.SchemaVerification
+	if p := db.Status.PendingVerification; p != nil && !p.Announced {
+		p.Announced = true
+		announce = p
 	}
-	if err := r.Client.Status().Update(ctx, db); err != nil {
-		return ctrl.Result{}, fmt.Errorf("write database status: %w", err)
+	if !equality.Semantic.DeepEqual(persisted, &db.Status) {
+		if err := r.Client.Status().Update(ctx, db); err != nil {
+			return ctrl.Result{}, fmt.Errorf("write database status: %w", err)
+		}
+		if announce != nil {
+			EventSchemaVerificationRequired.emit(r.Recorder, db, announce.OperationID, announce.TopologyGeneration, announce.Ended,
+				v1.SchemaVerifiedAnnotation, announce.OperationID)
+		}
+		if verification.Opened {
+			EventSchemaVerified.emit(r.Recorder, db, verifiedAs)
+		}
+	}
+	if verification.RemoveAnnotation {
+		patch := client.MergeFrom(db.DeepCopy())
+		delete(db.Annotations, v1.SchemaVerifiedAnnotation)
+		if err := r.Client.Patch(ctx, db, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("remove %s: %w", v1.SchemaVerifiedAnnotation, err)
+		}
 	}
 	return ctrl.Result{}, nil
 }

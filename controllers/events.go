@@ -8,7 +8,7 @@ import (
 	"k8s.io/client-go/tools/record"
 )
 
-// eventKind is one kind of Event on a MysqlFailoverGroup.
+// eventKind is one kind of Event on a MysqlFailoverGroup or MysqlDatabase.
 type eventKind struct {
 	Type    string
 	Reason  string
@@ -27,11 +27,15 @@ var (
 	EventOperationFailed         = eventKind{corev1.EventTypeWarning, "OperationFailed", "%s %s failed: %s"}
 	EventOperationWaiting        = eventKind{corev1.EventTypeWarning, "OperationWaiting", "%s %s waits, no transition written: %s"}
 	EventTransitionRolledBack    = eventKind{corev1.EventTypeWarning, "TransitionRolledBack", "%s rolled back: site %s fenced read-only, generation unchanged: %s"}
+	// On a MysqlDatabase.
+	EventSchemaVerificationRequired = eventKind{corev1.EventTypeWarning, "SchemaVerificationRequired", "migration %s (topologyGeneration %d) ended (%s) after its DDL boundary without confirming its end: no new migration until a person checks the schema and sets %s=%s"}
+	EventSchemaVerified             = eventKind{corev1.EventTypeNormal, "SchemaVerified", "migration %s verified: new migrations may be granted"}
 )
 
 // allEvents is every Event above; docs/events.md documents each.
 var allEvents = []eventKind{EventDeploymentLeaseRevoked, EventPlannedFailoverDeferred, EventBootstrapped, EventPromoted,
-	EventEmergencyFailover, EventSiteFenced, EventOperationCompleted, EventOperationFailed, EventOperationWaiting, EventTransitionRolledBack}
+	EventEmergencyFailover, EventSiteFenced, EventOperationCompleted, EventOperationFailed, EventOperationWaiting, EventTransitionRolledBack,
+	EventSchemaVerificationRequired, EventSchemaVerified}
 
 func (e eventKind) emit(r record.EventRecorder, obj runtime.Object, args ...any) {
 	if r == nil {

@@ -162,6 +162,13 @@ func (f *fixture) renew(kind, op, token string) apiResp {
 // recorder.
 func (f *fixture) events(reason string, want int) []corev1.Event {
 	f.t.Helper()
+	return f.eventsOf("playground", reason, want)
+}
+
+// eventsOf lists the Events with reason about the object named name,
+// waiting up to 10 s for at least want.
+func (f *fixture) eventsOf(name, reason string, want int) []corev1.Event {
+	f.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var list corev1.EventList
@@ -170,7 +177,7 @@ func (f *fixture) events(reason string, want int) []corev1.Event {
 		}
 		var out []corev1.Event
 		for _, e := range list.Items {
-			if e.Reason == reason && e.InvolvedObject.Name == "playground" {
+			if e.Reason == reason && e.InvolvedObject.Name == name {
 				out = append(out, e)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/gate"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
@@ -68,7 +69,14 @@ func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup
 	}
 
 	var errs []error
-	if err := r.revoke(ctx, g, d.Revoke, d.Reason); err != nil {
+	mig := migrationOf(objOf)
+	written, err := r.revoke(ctx, g, d.Revoke, d.Reason)
+	for i := range written {
+		if written[i].Kind == leases.KindMigration {
+			mig = &written[i] // what the revocation wrote, not what was read
+		}
+	}
+	if err != nil {
 		errs = append(errs, err)
 	} else if annotated {
 		patch := client.MergeFrom(g.DeepCopy())
@@ -91,6 +99,12 @@ func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup
 			errs = append(errs, err)
 		}
 	}
+	// A migration that ended past its DDL boundary without confirming its
+	// end closes its database's gate (the deployment API closes it too,
+	// before it takes such a mutex over; whoever comes first writes it).
+	if err := r.closeGate(ctx, g, mig); err != nil {
+		errs = append(errs, err)
+	}
 	// Revocations written by the deployment API (a renewal, release or
 	// re-grant that noticed the move first) are announced here.
 	pending, err := r.Leases.PendingTombstones(ctx, g.Namespace, g.Name)
@@ -103,8 +117,40 @@ func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup
 	return errors.Join(errs...)
 }
 
+// migrationOf is the group's migration record among the records read.
+func migrationOf(objOf map[*leases.Record]*leasestore.Object) *leases.Record {
+	for rec := range objOf {
+		if rec.Kind == leases.KindMigration {
+			return rec
+		}
+	}
+	return nil
+}
+
+// closeGate records m's unconfirmed DDL on its database, when m has one
+// that the (cached) database does not account for yet; gate.Close confirms
+// on a fresh read. The database controller announces it.
+func (r *GroupReconciler) closeGate(ctx context.Context, g *v1.MysqlFailoverGroup, m *leases.Record) error {
+	now := r.Clock.Now()
+	if !m.BelongsTo(string(g.UID)) || !m.UnconfirmedDDL(now) {
+		return nil
+	}
+	db := &v1.MysqlDatabase{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: m.Instance}, db); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if policy.GateRecorded(&db.Status, m.OperationID) {
+		return nil
+	}
+	if _, err := gate.Close(ctx, r.API, r.Client, g.Namespace, m, now); err != nil {
+		return err
+	}
+	return nil
+}
+
 // revoke revokes each operation; the tombstones written are announced.
-func (r *GroupReconciler) revoke(ctx context.Context, g *v1.MysqlFailoverGroup, ops []string, reason string) error {
+// written are the records the revocations rewrote.
+func (r *GroupReconciler) revoke(ctx context.Context, g *v1.MysqlFailoverGroup, ops []string, reason string) (written []leases.Record, err error) {
 	var tombs []*leasestore.Object
 	var errs []error
 	for _, op := range ops {
@@ -115,11 +161,12 @@ func (r *GroupReconciler) revoke(ctx context.Context, g *v1.MysqlFailoverGroup, 
 		if rev.Tombstone != nil {
 			tombs = append(tombs, rev.Tombstone)
 		}
+		written = append(written, rev.Records...)
 	}
 	if err := r.announce(ctx, g, tombs); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return written, errors.Join(errs...)
 }
 
 // announce announces each pending tombstone once, whoever wrote it: it

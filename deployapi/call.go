@@ -191,6 +191,8 @@ func refusal(d policy.Decision, generation int64) *apiError {
 		return errNotFound
 	case policy.OutcomeUnstable:
 		return errUnstable()
+	case policy.OutcomeVerificationRequired:
+		return errVerificationRequired(d.Gate.OperationID, d.Gate.Generation)
 	}
 	return nil
 }
@@ -202,7 +204,7 @@ func refusal(d policy.Decision, generation int64) *apiError {
 func confirmedOnly(o policy.LeaseOutcome) bool {
 	switch o {
 	case policy.OutcomeHeld, policy.OutcomeMigrationNotHeld, policy.OutcomeRevoked,
-		policy.OutcomeTokenMismatch, policy.OutcomeNotFound, policy.OutcomeNothingToRelease:
+		policy.OutcomeTokenMismatch, policy.OutcomeNotFound, policy.OutcomeNothingToRelease, policy.OutcomeVerificationRequired:
 		return true
 	}
 	return false

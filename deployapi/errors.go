@@ -23,6 +23,7 @@ const (
 	codeNotFound         = "not_found"
 	codeHeld             = "held"
 	codeRevoked          = "revoked"
+	codeVerification     = "verification_required"
 	codeTooLarge         = "too_large"
 	codeUnstable         = "unstable"
 	codeMethodNotAllowed = "method_not_allowed"
@@ -82,6 +83,14 @@ func errHeld(operationID, instance string, expiresAt time.Time) *apiError {
 func errRevoked(reason string, generation int64) *apiError {
 	return &apiError{status: http.StatusConflict, code: codeRevoked,
 		fields: map[string]any{"reason": reason, "topologyGeneration": generation}}
+}
+
+// errVerificationRequired answers a migration grant for an instance whose
+// last run lost authority past its DDL boundary (DESIGN §5): op is that
+// operation, generation the topology generation it was granted under.
+func errVerificationRequired(op string, generation int64) *apiError {
+	return &apiError{status: http.StatusConflict, code: codeVerification,
+		fields: map[string]any{"operationId": op, "topologyGeneration": generation}}
 }
 
 // errRevocationNotWritten answers a request whose lease must be revoked

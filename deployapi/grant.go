@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/gate"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
@@ -73,11 +74,33 @@ func (s *Server) grant(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 			}
 		}
 		now := s.clock.Now()
+		var verification policy.VerificationView
+		if c.kind == leases.KindMigration {
+			// The gate is read fresh, after the mutex: a gate closed by
+			// whoever took the mutex over from an unconfirmed DDL was
+			// written before that take-over, so it is seen here.
+			m := leasestore.RecordOf(mig)
+			if !m.BelongsTo(string(g.UID)) {
+				m = nil
+			}
+			if verification, err = gate.View(ctx, s.api, g.Namespace, c.instance, m, now); err != nil {
+				return err
+			}
+		}
 		d := policy.DecideGrant(policy.GrantInput{
 			Kind: c.kind, OperationID: c.operationID, Instance: c.instance, Identity: c.identity.Username(),
-			Group: groupView(g), Tombstone: tomb, Migration: leasestore.RecordOf(mig), Hold: leasestore.RecordOf(target), Now: now,
+			Group: groupView(g), Tombstone: tomb, Migration: leasestore.RecordOf(mig), Hold: leasestore.RecordOf(target),
+			Verification: verification, Now: now,
 		})
 		switch d.Outcome {
+		case policy.OutcomeCloseGate:
+			// The mutex holds an ended operation's unconfirmed DDL: record
+			// it on its database before anything may overwrite it, then
+			// decide again.
+			if _, err := gate.Close(ctx, s.api, s.leases.Client, g.Namespace, d.Gate, now); err != nil {
+				return err
+			}
+			return leasestore.ErrStale
 		case policy.OutcomeCreate, policy.OutcomeTakeOver, policy.OutcomeRegrant:
 			if d.Outcome == policy.OutcomeCreate {
 				target = nil

@@ -1,15 +1,23 @@
 package e2e
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/devenv"
+	"github.com/shipstream/bloodraven/policy"
 )
 
 // The primary's mariadbd dies while `bloodraven deploy run` holds the mutex
@@ -18,6 +26,12 @@ import (
 // keeps renewing until the fence ends it), the generation goes up by one,
 // the client stops its command and exits 5 (lost after DDL), and the
 // Warning DeploymentLeaseRevoked is raised.
+//
+// Then the schema-verification gate (issue 24): the database shows
+// SchemaVerificationRequired naming the run's operation; a second run
+// exits 8 naming verification_required and starts no command; a person
+// sets the schema-verified annotation, the operator opens the gate
+// (SchemaVerified) and a third run succeeds.
 func TestEmergencyFailoverDuringDeployRun(t *testing.T) {
 	p, cfg := upPlayground(t)
 	admin, key, g := bootstrappedWithBudget(t, p, 5)
@@ -57,4 +71,58 @@ func TestEmergencyFailoverDuringDeployRun(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("deploy run output:\n%s", run.Output())
+
+	ctx := context.Background()
+	db := &v1.MysqlDatabase{}
+	dbKey := client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.DatabaseName}
+	waitFor(t, 30*time.Second, func() bool {
+		return admin.Get(ctx, dbKey, db) == nil && db.Status.PendingVerification != nil &&
+			meta.IsStatusConditionTrue(db.Status.Conditions, policy.ConditionSchemaVerificationRequired)
+	})
+	gated := db.Status.PendingVerification
+	if gated.TopologyGeneration != 1 || gated.Ended != "revoked" || gated.Reason != "topology_changed" || !strings.Contains(run.Output(), gated.OperationID) {
+		t.Fatalf("pendingVerification %+v: want the run's operation, granted at 1, revoked (topology_changed)", gated)
+	}
+	waitFor(t, 15*time.Second, func() bool { return slices.Contains(eventReasons(t, admin), "SchemaVerificationRequired") })
+
+	second := filepath.Join(t.TempDir(), "second")
+	run2 := e2etest.StartDeployRun(t, p, cfg, []string{"--group", devenv.GroupName, "--instance", devenv.DatabaseName, "--ttl", "30"},
+		"sh", "-c", `touch "$0"`, second)
+	select {
+	case <-run2.Done():
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the second run did not exit within 60 s:\n%s", run2.Output())
+	}
+	if run2.ExitCode() != 8 || !strings.Contains(run2.Output(), "verification_required") || !strings.Contains(run2.Output(), gated.OperationID) {
+		t.Fatalf("second run: exit %d, want 8 naming verification_required and %s:\n%s", run2.ExitCode(), gated.OperationID, run2.Output())
+	}
+	if _, err := os.Stat(second); err == nil {
+		t.Fatal("the second run started its command on a gated instance")
+	}
+
+	// A person checked the schema.
+	patch := client.MergeFrom(db.DeepCopy())
+	metav1.SetMetaDataAnnotation(&db.ObjectMeta, v1.SchemaVerifiedAnnotation, gated.OperationID)
+	if err := admin.Patch(ctx, db, patch); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, func() bool {
+		_, annotated := db.Annotations[v1.SchemaVerifiedAnnotation]
+		return admin.Get(ctx, dbKey, db) == nil && db.Status.PendingVerification == nil && !annotated &&
+			meta.IsStatusConditionFalse(db.Status.Conditions, policy.ConditionSchemaVerificationRequired)
+	})
+	waitFor(t, 15*time.Second, func() bool { return slices.Contains(eventReasons(t, admin), "SchemaVerified") })
+
+	third := filepath.Join(t.TempDir(), "third")
+	run3 := e2etest.StartDeployRun(t, p, cfg, []string{"--group", devenv.GroupName, "--instance", devenv.DatabaseName, "--ttl", "30"},
+		"sh", "-c", `"$0" deploy mark-ddl && touch "$1"`, cfg.OperatorBinary, third)
+	run3.WaitExit(t, 60*time.Second, 0, "succeeded once verified", "succeeded")
+	if _, err := os.Stat(third); err != nil {
+		t.Fatalf("the third run's command did not run: %v", err)
+	}
+	// It confirmed its end: nothing gates the instance.
+	time.Sleep(2 * time.Second)
+	if err := admin.Get(ctx, dbKey, db); err != nil || db.Status.PendingVerification != nil {
+		t.Fatalf("gated after a run that confirmed its end: %+v %v", db.Status.PendingVerification, err)
+	}
 }

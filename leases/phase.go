@@ -1,5 +1,7 @@
 package leases
 
+import "time"
+
 // Phase is how far a migration operation's command got, as its renewals
 // report it (DESIGN §5, "Verification gate"): before its DDL, inside it
 // (the command started, or may have started, a schema change), or done
@@ -44,4 +46,23 @@ func (p Phase) Effective() Phase {
 		return PhasePreDDL
 	}
 	return p
+}
+
+// UnconfirmedDDL tells whether r is a migration record whose operation
+// ended (released, revoked, recorded expired, or past its expiry) after it
+// reported its DDL boundary and before it confirmed its end: its schema
+// change may be half-applied, and its instance must be verified by a person
+// before the next migration (DESIGN §5, "Verification gate").
+func (r *Record) UnconfirmedDDL(now time.Time) bool {
+	return r != nil && r.Kind == KindMigration && r.Phase.Effective() == PhaseDDL && !r.Live(now)
+}
+
+// EndedAs names how a record that is not live ended: released, revoked, or
+// expired (recorded so or not).
+func (r *Record) EndedAs() State {
+	switch r.State {
+	case StateReleased, StateRevoked:
+		return r.State
+	}
+	return StateExpired
 }

@@ -123,7 +123,9 @@ func New(mgr ctrl.Manager, cfg Config) (*Parts, error) {
 		return nil, err
 	}
 	p.Database = &controllers.DatabaseReconciler{Client: mgr.GetClient(), Clock: cfg.Clock,
-		GroupIndex: deployapi.GroupRefField}
+		GroupIndex: deployapi.GroupRefField,
+		//lint:ignore SA1019 core/v1 Events, as the group controller's
+		Recorder: mgr.GetEventRecorderFor("bloodraven")}
 	if err := p.Database.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("database controller: %w", err)
 	}

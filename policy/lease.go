@@ -47,6 +47,16 @@ const (
 	// OutcomeUnstable: the request would succeed but the group is between
 	// confirmed states (423); nothing is written.
 	OutcomeUnstable
+	// OutcomeCloseGate: the migration mutex holds an ended operation's
+	// unconfirmed DDL (leases.Record.UnconfirmedDDL) that its database does
+	// not record yet; record it there (CloseGate on GateOperation's
+	// instance) and decide again. A grant never overwrites that evidence
+	// before it is recorded.
+	OutcomeCloseGate
+	// OutcomeVerificationRequired: a migration grant for an instance whose
+	// gate is closed, or a re-grant of an operation whose record says ddl
+	// (409 verification_required).
+	OutcomeVerificationRequired
 	// OutcomeDeferralBudgetExhausted: a failover-hold grant that would
 	// succeed while a planned operation's deferral budget is spent and the
 	// operation has not run yet (409 deferral_budget_exhausted).
@@ -62,6 +72,10 @@ type Decision struct {
 	RevokeOperation string
 	// Reason of the revocation, for OutcomeRevoked.
 	Reason string
+	// Gate is the operation a migration grant waits on, for
+	// OutcomeVerificationRequired; the record to record, for
+	// OutcomeCloseGate.
+	Gate *leases.Record
 	// Next is the record to write, for OutcomeRenew and OutcomeRelease: the
 	// decision says what the lease becomes, the caller only writes it.
 	Next *leases.Record
@@ -136,7 +150,21 @@ type GrantInput struct {
 	// Hold is this operation's failover-hold record, nil when the object does
 	// not exist (hold grants only).
 	Hold *leases.Record
-	Now  time.Time
+	// Verification is the schema-verification gate (migration grants only).
+	Verification VerificationView
+	Now          time.Time
+}
+
+// VerificationView is what a migration grant needs of the gate, read
+// fresh, after the migration record.
+type VerificationView struct {
+	// Pending is the operation the requested instance's database waits on
+	// (OperationID and Generation set), nil when its gate is open.
+	Pending *leases.Record
+	// MigrationRecorded: the migration record's instance's database
+	// already accounts for its unconfirmed DDL (GateRecorded), or is gone.
+	// Meaningless when the record has none.
+	MigrationRecorded bool
 }
 
 // DecideGrant decides a POST. Failures are ordered 403, 409, 423: a request
@@ -168,6 +196,9 @@ func DecideGrant(in GrantInput) Decision {
 	var d Decision
 	switch in.Kind {
 	case leases.KindMigration:
+		if g, gated := decideGate(in); gated {
+			return g
+		}
 		d = decideMigrationGrant(in)
 	case leases.KindFailoverHold:
 		d = decideHoldGrant(in)
@@ -176,6 +207,24 @@ func DecideGrant(in GrantInput) Decision {
 		return Decision{Outcome: OutcomeUnstable}
 	}
 	return d
+}
+
+// decideGate: a migration grant first records an ended operation's
+// unconfirmed DDL, then is refused for an operation whose record says ddl
+// (a second runner never resumes uncertain DDL) and for an instance whose
+// gate is closed. These 409s come before mutex_held and 423: neither a
+// retry nor a stable group changes them.
+func decideGate(in GrantInput) (Decision, bool) {
+	m := in.Migration
+	switch {
+	case m.UnconfirmedDDL(in.Now) && !in.Verification.MigrationRecorded:
+		return Decision{Outcome: OutcomeCloseGate, Gate: m}, true
+	case m.Live(in.Now) && m.OperationID == in.OperationID && m.Instance == in.Instance && m.Phase.Effective() == leases.PhaseDDL:
+		return Decision{Outcome: OutcomeVerificationRequired, Gate: m}, true
+	case in.Verification.Pending != nil:
+		return Decision{Outcome: OutcomeVerificationRequired, Gate: in.Verification.Pending}, true
+	}
+	return Decision{}, false
 }
 
 func decideMigrationGrant(in GrantInput) Decision {

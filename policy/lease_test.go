@@ -14,6 +14,10 @@ func rec(op string, state leases.State, gen int64, expires time.Time) *leases.Re
 		State: state, Generation: gen, ExpiresAt: expires, TokenHash: leases.HashToken("tok-" + op)}
 }
 
+func phased(r *leases.Record, p leases.Phase) *leases.Record { r.Phase = p; return r }
+
+func ddl(r *leases.Record) *leases.Record { return phased(r, leases.PhaseDDL) }
+
 func TestDecideGrant(t *testing.T) {
 	live := t0.Add(10 * time.Second)
 	past := t0.Add(-time.Second)
@@ -74,6 +78,39 @@ func TestDecideGrant(t *testing.T) {
 			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: GroupView{UID: uid, Generation: 7, DeferralBudgetSpent: true}, Migration: rec("a", leases.StateActive, 7, live), Hold: rec("a", leases.StateRevoked, 7, live)}, want: OutcomeRevoked},
 		"a spent deferral budget does not refuse the migration mutex": {
 			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Group: GroupView{UID: uid, Generation: 7, DeferralBudgetSpent: true}}, want: OutcomeCreate},
+		"an ended operation's unconfirmed DDL is recorded before its mutex is taken over": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g, Migration: ddl(rec("a", leases.StateReleased, 7, live))}, want: OutcomeCloseGate},
+		"an expired operation's unconfirmed DDL is recorded too": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g, Migration: ddl(rec("a", leases.StateActive, 7, past))}, want: OutcomeCloseGate},
+		"a revoked operation's unconfirmed DDL is recorded too": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g, Migration: ddl(rec("a", leases.StateRevoked, 7, live))}, want: OutcomeCloseGate},
+		"a recorded unconfirmed DDL of another instance lets the mutex be taken over": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Instance: "other-app", Group: g, Migration: ddl(rec("a", leases.StateReleased, 7, live)),
+				Verification: VerificationView{MigrationRecorded: true}}, want: OutcomeTakeOver},
+		"a closed gate refuses a migration grant for its instance": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Instance: "counter-app", Group: g, Migration: ddl(rec("a", leases.StateReleased, 7, live)),
+				Verification: VerificationView{MigrationRecorded: true, Pending: rec("a", "", 7, t0)}}, want: OutcomeVerificationRequired},
+		"a closed gate refuses even with the mutex free": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g, Verification: VerificationView{Pending: rec("a", "", 7, t0)}}, want: OutcomeVerificationRequired},
+		"a closed gate comes before mutex_held": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g, Migration: rec("c", leases.StateActive, 7, live), Verification: VerificationView{Pending: rec("a", "", 7, t0)}}, want: OutcomeVerificationRequired},
+		"a closed gate comes before 423": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: GroupView{UID: uid, Generation: 7, Transition: true}, Verification: VerificationView{Pending: rec("a", "", 7, t0)}}, want: OutcomeVerificationRequired},
+		"a re-grant of an operation whose record says ddl is refused": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: g, Migration: ddl(rec("a", leases.StateActive, 7, live))}, want: OutcomeVerificationRequired},
+		"a re-grant of an operation whose record says done is a re-grant": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: g, Migration: phased(rec("a", leases.StateActive, 7, live), leases.PhaseDone)}, want: OutcomeRegrant},
+		"an operation that confirmed its end is not gated when it ends": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g, Migration: phased(rec("a", leases.StateReleased, 7, live), leases.PhaseDone)}, want: OutcomeTakeOver},
+		"an operation that ended before its DDL boundary is not gated": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g, Migration: phased(rec("a", leases.StateRevoked, 7, live), leases.PhasePreDDL)}, want: OutcomeTakeOver},
+		"a hold grant reads no gate": {
+			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: g, Migration: ddl(rec("a", leases.StateActive, 7, live)),
+				Verification: VerificationView{Pending: rec("z", "", 7, t0)}}, want: OutcomeCreate},
+		"a tombstone comes before the gate": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Group: g, Tombstone: &leases.Record{Reason: leases.ReasonTopologyChanged}, Verification: VerificationView{Pending: rec("a", "", 7, t0)}}, want: OutcomeRevoked},
+		"a live DDL fenced by the move is revoked before the gate is recorded": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: GroupView{UID: uid, Generation: 8, MovedAt: t0}, Migration: ddl(rec("a", leases.StateActive, 7, live))}, want: OutcomeRevokeStale},
 		"hold without any migration": {
 			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Group: g}, want: OutcomeMigrationNotHeld},
 		"hold by another operation": {

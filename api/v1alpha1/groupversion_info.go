@@ -38,3 +38,11 @@ func (b *schemeBuilder) AddToScheme(s *runtime.Scheme) error {
 // value, asks the operator to revoke every live deployment lease of the group
 // with reason operator_revoked. The operator removes it when done.
 const RevokeDeploymentLeasesAnnotation = "bloodraven.shipstream.io/revoke-deployment-leases"
+
+// SchemaVerifiedAnnotation, set on a MysqlDatabase to the operationId of
+// its status.pendingVerification, says a person checked the schema that
+// operation may have half-applied: the operator opens the gate (clears the
+// condition SchemaVerificationRequired and the pending operation), removes
+// the annotation and emits SchemaVerified. Whoever may edit the database
+// may verify.
+const SchemaVerifiedAnnotation = "bloodraven.shipstream.io/schema-verified"

@@ -63,12 +63,48 @@ type MysqlDatabaseStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Conditions describe the database's state: GroupFound (spec.groupRef
-	// names an existing group) and DeploymentClients (at least one
-	// ServiceAccount may call the deployment API for it).
+	// names an existing group), DeploymentClients (at least one
+	// ServiceAccount may call the deployment API for it) and, once a
+	// migration of it lost authority past its DDL boundary,
+	// SchemaVerificationRequired.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// PendingVerification names the migration operation that ended (revoked,
+	// expired or released) after it reported its DDL boundary ("ddl") and
+	// before it confirmed its end ("done"). While it is set, every new
+	// migration grant for this database answers 409 verification_required.
+	// A person clears it by setting the annotation
+	// bloodraven.shipstream.io/schema-verified=<operationId>.
+	// +optional
+	PendingVerification *SchemaVerification `json:"pendingVerification,omitempty"`
+
+	// LastVerifiedOperationID is the operation a person last verified: its
+	// ended record no longer gates this database.
+	// +optional
+	LastVerifiedOperationID string `json:"lastVerifiedOperationId,omitempty"`
+}
+
+// SchemaVerification is a migration operation whose schema change may be
+// half-applied.
+type SchemaVerification struct {
+	// OperationID of the migration.
+	OperationID string `json:"operationId"`
+	// TopologyGeneration the operation was granted under.
+	TopologyGeneration int64 `json:"topologyGeneration"`
+	// Ended is how the operation's lease ended: revoked, expired or
+	// released.
+	Ended string `json:"ended"`
+	// Reason of the revocation, when Ended is revoked.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Since is when the gate closed.
+	Since metav1.Time `json:"since"`
+	// Announced is true once Event SchemaVerificationRequired was emitted.
+	// +optional
+	Announced bool `json:"announced,omitempty"`
 }
 
 // MysqlDatabase is an application database inside a MysqlFailoverGroup. Its

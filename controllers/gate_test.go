@@ -1,0 +1,127 @@
+package controllers
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/policy"
+)
+
+// database reads the fixture's database.
+func (f *fixture) database() *v1.MysqlDatabase {
+	f.t.Helper()
+	db := &v1.MysqlDatabase{}
+	if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "counter-app"}, db); err != nil {
+		f.t.Fatal(err)
+	}
+	return db
+}
+
+// ddlLease takes the migration lease of op and reports its DDL boundary.
+func (f *fixture) ddlLease(op string, ttl int) string {
+	f.t.Helper()
+	token, _ := f.grant("migration", op, ttl)
+	if r := f.call(http.MethodPut, "/leases/migration/"+op, map[string]any{"token": token, "phase": "ddl"}); r.status != http.StatusOK {
+		f.t.Fatalf("phase ddl: %d %v", r.status, r.body)
+	}
+	return token
+}
+
+func TestTheGateClosesWhenAMigrationEndsPastItsDDLBoundaryAndOpensOnTheAnnotation(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		end           func(f *fixture)
+		ended, reason string
+	}{
+		{"its lease expires", func(f *fixture) { f.clock.Step(31 * time.Second) }, "expired", ""},
+		{"the operator revokes it", func(f *fixture) {
+			f.patchSpec(func(g *v1.MysqlFailoverGroup) {
+				metav1.SetMetaDataAnnotation(&g.ObjectMeta, v1.RevokeDeploymentLeasesAnnotation, "")
+			})
+		}, "revoked", "operator_revoked"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, true)
+			f.settle()
+			f.ddlLease("op-1", 30)
+			tc.end(f)
+			f.reconcile() // the group controller's bookkeeping, with no grant asking
+
+			p := f.database().Status.PendingVerification
+			if p == nil || p.OperationID != "op-1" || p.Ended != tc.ended || p.Reason != tc.reason || p.Announced {
+				t.Fatalf("pendingVerification = %+v, want op-1 %s %s, not announced yet", p, tc.ended, tc.reason)
+			}
+
+			bc := record.NewBroadcaster()
+			bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: env.Kube.CoreV1().Events("")})
+			t.Cleanup(bc.Shutdown)
+			dr := &DatabaseReconciler{Client: env.Client, Clock: f.clock, Recorder: bc.NewRecorder(env.Scheme, corev1.EventSource{Component: "bloodraven"})}
+			req := ctrl.Request{NamespacedName: client.ObjectKey{Namespace: f.ns, Name: "counter-app"}}
+			reconcileDB := func() {
+				t.Helper()
+				if _, err := dr.Reconcile(f.ctx, req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reconcileDB()
+			reconcileDB() // announced once, whatever runs again
+			if evs := f.eventsOf("counter-app", "SchemaVerificationRequired", 1); len(evs) != 1 || evs[0].Type != corev1.EventTypeWarning {
+				t.Fatalf("SchemaVerificationRequired events: %+v", evs)
+			} else {
+				mustContain(t, evs[0].Message, "op-1", tc.ended, v1.SchemaVerifiedAnnotation+"=op-1")
+			}
+			if !f.database().Status.PendingVerification.Announced {
+				t.Fatal("not marked announced")
+			}
+			if r := f.call(http.MethodPost, "/leases", map[string]any{"kind": "migration", "operationId": "op-2", "instance": "counter-app"}); r.status != http.StatusConflict || r.body["error"] != "verification_required" {
+				t.Fatalf("a new migration while gated: %d %v", r.status, r.body)
+			}
+
+			// Another operation's name verifies nothing.
+			annotate := func(op string) {
+				t.Helper()
+				db := f.database()
+				patch := client.MergeFrom(db.DeepCopy())
+				metav1.SetMetaDataAnnotation(&db.ObjectMeta, v1.SchemaVerifiedAnnotation, op)
+				if err := env.Client.Patch(f.ctx, db, patch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			annotate("op-0")
+			reconcileDB()
+			if db := f.database(); db.Status.PendingVerification == nil || db.Annotations[v1.SchemaVerifiedAnnotation] != "op-0" {
+				t.Fatalf("a wrong verification changed something: %+v %v", db.Status.PendingVerification, db.Annotations)
+			}
+			annotate("op-1")
+			reconcileDB()
+			reconcileDB()
+			db := f.database()
+			c := meta.FindStatusCondition(db.Status.Conditions, policy.ConditionSchemaVerificationRequired)
+			if db.Status.PendingVerification != nil || db.Status.LastVerifiedOperationID != "op-1" || c == nil || c.Status != metav1.ConditionFalse {
+				t.Fatalf("after verification: %+v, condition %+v", db.Status, c)
+			}
+			if _, ok := db.Annotations[v1.SchemaVerifiedAnnotation]; ok {
+				t.Fatal("the annotation was not removed")
+			}
+			if evs := f.eventsOf("counter-app", "SchemaVerified", 1); len(evs) != 1 {
+				t.Fatalf("SchemaVerified events: %+v", evs)
+			}
+			// The ended record still in the mutex does not gate again.
+			f.reconcile()
+			if p := f.database().Status.PendingVerification; p != nil {
+				t.Fatalf("gated again: %+v", p)
+			}
+			f.grant("migration", "op-2", 30)
+		})
+	}
+}

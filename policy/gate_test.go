@@ -1,0 +1,101 @@
+package policy
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
+)
+
+func TestCloseGate(t *testing.T) {
+	live, past := t0.Add(10*time.Second), t0.Add(-time.Second)
+	pending := v1.MysqlDatabaseStatus{PendingVerification: &v1.SchemaVerification{OperationID: "z"}}
+	tests := map[string]struct {
+		st        v1.MysqlDatabaseStatus
+		rec       *leases.Record
+		changed   bool
+		wantEnded string
+	}{
+		"a released operation past its DDL boundary closes the gate": {rec: ddl(rec("a", leases.StateReleased, 7, live)), changed: true, wantEnded: "released"},
+		"an expired one closes it":                                   {rec: ddl(rec("a", leases.StateActive, 7, past)), changed: true, wantEnded: "expired"},
+		"a revoked one closes it, with the reason":                   {rec: revokedFor(ddl(rec("a", leases.StateRevoked, 7, live)), leases.ReasonTopologyChanged), changed: true, wantEnded: "revoked"},
+		"a live one does not":                                        {rec: ddl(rec("a", leases.StateActive, 7, live))},
+		"one that confirmed its end does not":                        {rec: phased(rec("a", leases.StateReleased, 7, live), leases.PhaseDone)},
+		"one that ended before its boundary does not":                {rec: rec("a", leases.StateReleased, 7, live)},
+		"one already verified does not close it again":               {st: v1.MysqlDatabaseStatus{LastVerifiedOperationID: "a"}, rec: ddl(rec("a", leases.StateReleased, 7, live))},
+		"a gate already closed keeps its operation":                  {st: pending, rec: ddl(rec("a", leases.StateReleased, 7, live))},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			next, changed := CloseGate(tc.st, tc.rec, 3, t0)
+			if changed != tc.changed {
+				t.Fatalf("changed = %v, want %v", changed, tc.changed)
+			}
+			if !changed {
+				return
+			}
+			p := next.PendingVerification
+			if p == nil || p.OperationID != "a" || p.TopologyGeneration != 7 || p.Ended != tc.wantEnded || p.Reason != tc.rec.Reason || p.Announced {
+				t.Fatalf("pendingVerification = %+v", p)
+			}
+			if !meta.IsStatusConditionTrue(next.Conditions, ConditionSchemaVerificationRequired) {
+				t.Fatalf("conditions = %+v", next.Conditions)
+			}
+			if op, gen, ok := VerificationPending(&next); !ok || op != "a" || gen != 7 {
+				t.Fatalf("VerificationPending = %s %d %v", op, gen, ok)
+			}
+			if tc.st.PendingVerification != nil {
+				t.Fatal("the input status was edited")
+			}
+		})
+	}
+}
+
+func revokedFor(r *leases.Record, reason string) *leases.Record { r.Reason = reason; return r }
+
+func TestOpenGate(t *testing.T) {
+	closed, _ := CloseGate(v1.MysqlDatabaseStatus{}, ddl(rec("a", leases.StateReleased, 7, t0)), 1, t0.Add(time.Second))
+	tests := map[string]struct {
+		st         v1.MysqlDatabaseStatus
+		annotation string
+		present    bool
+		opened     bool
+		remove     bool
+	}{
+		"the pending operation's annotation opens the gate":         {st: closed, annotation: "a", present: true, opened: true, remove: true},
+		"another operation's annotation is left alone":              {st: closed, annotation: "b", present: true},
+		"an empty annotation is left alone":                         {st: closed, annotation: "", present: true},
+		"no annotation, nothing":                                    {st: closed},
+		"the last verified operation's annotation is removed":       {st: v1.MysqlDatabaseStatus{LastVerifiedOperationID: "a"}, annotation: "a", present: true, remove: true},
+		"an annotation on an open gate naming nothing is left":      {st: v1.MysqlDatabaseStatus{LastVerifiedOperationID: "a"}, annotation: "b", present: true},
+		"an annotation before any gate closed is left for its gate": {annotation: "a", present: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			v := OpenGate(tc.st, tc.annotation, tc.present, 2, t0.Add(time.Minute))
+			if v.Opened != tc.opened || v.RemoveAnnotation != tc.remove {
+				t.Fatalf("opened %v remove %v, want %v %v", v.Opened, v.RemoveAnnotation, tc.opened, tc.remove)
+			}
+			if !v.Opened {
+				return
+			}
+			if v.Status.PendingVerification != nil || v.Status.LastVerifiedOperationID != "a" {
+				t.Fatalf("status = %+v", v.Status)
+			}
+			c := meta.FindStatusCondition(v.Status.Conditions, ConditionSchemaVerificationRequired)
+			if c == nil || c.Status != "False" || c.Reason != ReasonVerified {
+				t.Fatalf("condition = %+v", c)
+			}
+			if tc.st.PendingVerification == nil {
+				t.Fatal("the input status was edited")
+			}
+			// Verified, the same operation's ended record closes nothing.
+			if _, changed := CloseGate(v.Status, ddl(rec("a", leases.StateReleased, 7, t0)), 2, t0.Add(time.Hour)); changed {
+				t.Fatal("a verified operation closed the gate again")
+			}
+		})
+	}
+}
