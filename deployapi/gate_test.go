@@ -152,3 +152,21 @@ func TestAnotherInstanceTakesTheMutexOnlyOnceTheGateIsRecorded(t *testing.T) {
 	}
 	expectVerificationRequired(t, f.do(http.MethodPost, groupPath+"/leases", f.token, grantBody("migration", "op-3", 30)), "op-1", 1)
 }
+
+// A run whose confirming "done" renewal was answered just before a move is
+// fenced by the move (its release records a revocation) but not gated.
+func TestAConfirmedRunRevokedByALaterMoveIsNotGated(t *testing.T) {
+	f := newFixture(t)
+	g := f.grant("migration", "op-1", http.StatusCreated)
+	f.renewPhase("op-1", g.str("token"), "ddl")
+	f.renewPhase("op-1", g.str("token"), "done")
+	f.move(2)
+	f.release("op-1", g.str("token")) // 204, and the revocation is recorded
+	if rec := f.leaseRecord(t, "migration", "op-1"); rec == nil || rec.State != "revoked" || rec.Phase != "done" {
+		t.Fatalf("the released record after the move: %+v", rec)
+	}
+	f.grant("migration", "op-2", http.StatusCreated)
+	if p := f.database("counter-app").Status.PendingVerification; p != nil {
+		t.Fatalf("gated: %+v", p)
+	}
+}

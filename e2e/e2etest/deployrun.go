@@ -106,3 +106,7 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// Kill sends SIGKILL to the run's own process (not its command): a runner
+// lost at once, with no release and no outcome written.
+func (r *DeployRun) Kill() error { return r.cmd.Process.Kill() }

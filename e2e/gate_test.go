@@ -1,0 +1,116 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/e2e/e2etest"
+	"github.com/shipstream/bloodraven/internal/devenv"
+	"github.com/shipstream/bloodraven/policy"
+	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
+)
+
+// The schema-verification gate closes however a run ends past its DDL
+// boundary (issue 24), on the operator binary and real MariaDB:
+//   - a command that fails (exit 1) after `deploy mark-ddl` gates the
+//     instance (its lease is released at phase ddl);
+//   - one that fails before the boundary does not;
+//   - a runner SIGKILLed right after `deploy mark-ddl` returned gates it
+//     through the lease's expiry, with no release and no grant asking;
+//   - a run that confirmed its end (exit 0) does not.
+//
+// Each gate is opened again with the schema-verified annotation.
+func TestTheGateClosesHoweverARunEndsPastItsDDLBoundary(t *testing.T) {
+	p, cfg := upPlayground(t)
+	ctx := context.Background()
+	admin, err := client.New(p.AdminConfig, client.Options{Scheme: bloodravenscheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.DatabaseName}
+	start := func(op string, ttl int, command ...string) *e2etest.DeployRun {
+		return e2etest.StartDeployRun(t, p, cfg, []string{"--group", devenv.GroupName, "--namespace", devenv.PlaygroundNamespace,
+			"--instance", devenv.DatabaseName, "--ttl", strconv.Itoa(ttl), "--operation-id", op}, command...)
+	}
+	waitGate := func(op, ended string, within time.Duration) {
+		t.Helper()
+		db := &v1.MysqlDatabase{}
+		waitFor(t, within, func() bool {
+			return admin.Get(ctx, key, db) == nil && db.Status.PendingVerification != nil &&
+				meta.IsStatusConditionTrue(db.Status.Conditions, policy.ConditionSchemaVerificationRequired)
+		})
+		if p := db.Status.PendingVerification; p.OperationID != op || p.Ended != ended {
+			t.Fatalf("pendingVerification %+v, want %s %s", p, op, ended)
+		}
+	}
+	verify := func(op string) {
+		t.Helper()
+		db := &v1.MysqlDatabase{}
+		if err := admin.Get(ctx, key, db); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(db.DeepCopy())
+		metav1.SetMetaDataAnnotation(&db.ObjectMeta, v1.SchemaVerifiedAnnotation, op)
+		if err := admin.Patch(ctx, db, patch); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, func() bool {
+			return admin.Get(ctx, key, db) == nil && db.Status.PendingVerification == nil && db.Status.LastVerifiedOperationID == op
+		})
+	}
+	notGated := func(why string) {
+		t.Helper()
+		time.Sleep(2 * time.Second) // a bookkeeping pass or two
+		db := &v1.MysqlDatabase{}
+		if err := admin.Get(ctx, key, db); err != nil || db.Status.PendingVerification != nil {
+			t.Fatalf("%s, yet gated: %+v %v", why, db.Status.PendingVerification, err)
+		}
+	}
+
+	t.Run("a command that fails after its DDL boundary", func(t *testing.T) {
+		run := start("fails-after-ddl", 30, "sh", "-c", `"$0" deploy mark-ddl && exit 1`, cfg.OperatorBinary)
+		run.WaitExit(t, 60*time.Second, 1, "the command failed", "failed")
+		waitGate("fails-after-ddl", "released", 30*time.Second)
+		verify("fails-after-ddl")
+	})
+	t.Run("a command that fails before its DDL boundary", func(t *testing.T) {
+		run := start("fails-before-ddl", 30, "sh", "-c", `exit 1`)
+		run.WaitExit(t, 60*time.Second, 1, "the command failed", "failed")
+		notGated("a run that failed before its DDL boundary")
+	})
+	t.Run("a runner killed right after mark-ddl returned", func(t *testing.T) {
+		pidFile := filepath.Join(t.TempDir(), "pid")
+		run := start("killed-after-ddl", 5, "sh", "-c", `"$0" deploy mark-ddl && echo $$ > "$1" && exec sleep 600`, cfg.OperatorBinary, pidFile)
+		var pid int
+		waitFor(t, 30*time.Second, func() bool {
+			b, err := os.ReadFile(pidFile)
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			return err == nil && pid > 0
+		})
+		if err := run.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL) // the orphaned command: not what this test is about
+		<-run.Done()
+		// Nothing released the lease and nothing asks for a grant: the
+		// group controller sees it expire (ttl 5 s) on a pass.
+		waitGate("killed-after-ddl", "expired", 60*time.Second)
+		verify("killed-after-ddl")
+	})
+	t.Run("a run that confirmed its end", func(t *testing.T) {
+		run := start("succeeds", 30, "sh", "-c", `"$0" deploy mark-ddl`, cfg.OperatorBinary)
+		run.WaitExit(t, 60*time.Second, 0, "succeeded", "succeeded")
+		notGated("a run that confirmed its end")
+	})
+}
