@@ -30,7 +30,8 @@ import (
 //     through the lease's expiry, with no release and no grant asking;
 //   - a run that confirmed its end (exit 0) does not.
 //
-// Each gate is opened again with the schema-verified annotation.
+// Each gate is opened again with the schema-verified annotation, once
+// through `kubectl bloodraven verify`.
 func TestTheGateClosesHoweverARunEndsPastItsDDLBoundary(t *testing.T) {
 	p, cfg := upPlayground(t)
 	ctx := context.Background()
@@ -106,7 +107,20 @@ func TestTheGateClosesHoweverARunEndsPastItsDDLBoundary(t *testing.T) {
 		// Nothing released the lease and nothing asks for a grant: the
 		// group controller sees it expire (ttl 5 s) on a pass.
 		waitGate("killed-after-ddl", "expired", 60*time.Second)
-		verify("killed-after-ddl")
+		// The person on call verifies with the kubectl plugin: a wrong
+		// operation is refused, the right one opens the gate.
+		kubectl := kubectlBloodraven(t, p)
+		if out, err := kubectl("verify", devenv.DatabaseName, "fails-after-ddl", "-n", devenv.PlaygroundNamespace); err == nil || !strings.Contains(out, "waits on operation killed-after-ddl") {
+			t.Fatalf("verify of another operation (err %v):\n%s", err, out)
+		}
+		out, err := kubectl("verify", devenv.DatabaseName, "killed-after-ddl", "-n", devenv.PlaygroundNamespace)
+		if err != nil || !strings.Contains(out, "done: "+devenv.PlaygroundNamespace+"/"+devenv.DatabaseName+" verified for operation killed-after-ddl") {
+			t.Fatalf("kubectl bloodraven verify (err %v):\n%s", err, out)
+		}
+		db := &v1.MysqlDatabase{}
+		if err := admin.Get(ctx, key, db); err != nil || db.Status.PendingVerification != nil || db.Status.LastVerifiedOperationID != "killed-after-ddl" {
+			t.Fatalf("after verify: %+v %v", db.Status, err)
+		}
 	})
 	t.Run("a run that confirmed its end", func(t *testing.T) {
 		run := start("succeeds", 30, "sh", "-c", `"$0" deploy mark-ddl`, cfg.OperatorBinary)

@@ -16,13 +16,12 @@ import (
 	"github.com/shipstream/bloodraven/leases"
 )
 
-// `kubectl bloodraven` as the person on call runs it: kubectl finds the
-// plugin on PATH, with the playground's kubeconfig and no deploy token.
-// Each answer is checked against the API.
-func TestKubectlBloodravenAgainstThePlayground(t *testing.T) {
-	ctx := context.Background()
-	p, cfg := upPlayground(t)
-	admin, key, g := bootstrapped(t, p)
+// kubectlBloodraven builds the plugin and returns a runner of `kubectl
+// bloodraven ARGS`: kubectl finds the plugin on PATH and hands it the
+// arguments after its name and the environment, so the kubeconfig comes as
+// a person sets it.
+func kubectlBloodraven(t *testing.T, p *devenv.Playground) func(args ...string) (string, error) {
+	t.Helper()
 	root := testenv.RepoRoot()
 	dir := t.TempDir()
 	build := exec.Command("go", "build", "-o", filepath.Join(dir, "kubectl-bloodraven"), "./cmd/kubectl-bloodraven")
@@ -30,14 +29,22 @@ func TestKubectlBloodravenAgainstThePlayground(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the plugin: %v\n%s", err, out)
 	}
-	kubectl := func(args ...string) (string, error) {
-		// kubectl hands a plugin the arguments after its name and the
-		// environment, so the kubeconfig comes as a person sets it.
+	return func(args ...string) (string, error) {
 		cmd := exec.Command(filepath.Join(root, "bin", "kubectl"), append([]string{"bloodraven"}, args...)...)
 		cmd.Env = append(os.Environ(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+p.Paths.Kubeconfig)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
+}
+
+// `kubectl bloodraven` as the person on call runs it: kubectl finds the
+// plugin on PATH, with the playground's kubeconfig and no deploy token.
+// Each answer is checked against the API.
+func TestKubectlBloodravenAgainstThePlayground(t *testing.T) {
+	ctx := context.Background()
+	p, cfg := upPlayground(t)
+	admin, key, g := bootstrapped(t, p)
+	kubectl := kubectlBloodraven(t, p)
 
 	// A pipeline holds the mutex and a hold.
 	c := deployClient(t, p)

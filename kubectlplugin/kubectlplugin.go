@@ -86,7 +86,7 @@ func NewCommand(env *Env) *cobra.Command {
 	root.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", "path to the kubeconfig file")
 	root.PersistentFlags().StringVar(&kubecontext, "context", "", "the kubeconfig context to use")
 	root.PersistentFlags().StringVarP(&namespace, "namespace", "n", "", "the group's namespace (default: the context's)")
-	root.AddCommand(statusCommand(env), leasesCommand(env), revokeCommand(env), failoverCommand(env))
+	root.AddCommand(statusCommand(env), leasesCommand(env), revokeCommand(env), failoverCommand(env), verifyCommand(env))
 	return root
 }
 
@@ -308,6 +308,63 @@ func revokeCommand(env *Env) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&ticket, "reason", "", "the annotation's value: a ticket or a note for the Events (default: a time stamp)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the operator")
+	return cmd
+}
+
+// verifyCommand opens a database's schema-verification gate: it sets the
+// schema-verified annotation to OPERATION, only if that is the operation
+// the gate waits on, and waits until the operator has opened it.
+func verifyCommand(env *Env) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "verify DATABASE OPERATION",
+		Short: "Say that a person checked the schema a lost migration may have half-applied, and unblock the next migration",
+		Long: "After a migration lost authority past its DDL boundary (the pipeline exited 5), the MysqlDatabase is gated:\n" +
+			"new migrations answer 409 verification_required. Check the schema first (docs/lost-authority.md); then\n" +
+			"verify names the operation the gate waits on, and waits until the operator has opened the gate.",
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			db := &v1.MysqlDatabase{}
+			key := types.NamespacedName{Namespace: env.Namespace, Name: args[0]}
+			if err := env.Client.Get(ctx, key, db); err != nil {
+				return fmt.Errorf("database %s/%s: %w", key.Namespace, key.Name, err)
+			}
+			op := args[1]
+			pending := db.Status.PendingVerification
+			switch {
+			case pending == nil && db.Status.LastVerifiedOperationID == op:
+				fmt.Fprintf(env.Out, "%s/%s: operation %s is already verified; nothing gates the database\n", db.Namespace, db.Name, op)
+				return nil
+			case pending == nil:
+				return fmt.Errorf("%s/%s waits on no verification: nothing to verify", db.Namespace, db.Name)
+			case pending.OperationID != op:
+				return fmt.Errorf("%s/%s waits on operation %s (topologyGeneration %d, %s), not %s: check that operation's schema",
+					db.Namespace, db.Name, pending.OperationID, pending.TopologyGeneration, pending.Ended, op)
+			}
+			patch := client.MergeFrom(db.DeepCopy())
+			if db.Annotations == nil {
+				db.Annotations = map[string]string{}
+			}
+			db.Annotations[v1.SchemaVerifiedAnnotation] = op
+			if err := env.Client.Patch(ctx, db, patch); err != nil {
+				return fmt.Errorf("annotate %s/%s: %w", db.Namespace, db.Name, err)
+			}
+			fmt.Fprintf(env.Out, "set %s=%s on %s/%s\n", v1.SchemaVerifiedAnnotation, op, db.Namespace, db.Name)
+			err := wait.PollUntilContextTimeout(ctx, env.poll(), timeout, true, func(ctx context.Context) (bool, error) {
+				if err := env.Client.Get(ctx, key, db); err != nil {
+					return false, nil
+				}
+				return db.Status.PendingVerification == nil && db.Status.LastVerifiedOperationID == op, nil
+			})
+			if err != nil {
+				return fmt.Errorf("the operator did not open the gate within %s: is a replica leading? (the annotation stays; it acts when it can)", timeout)
+			}
+			fmt.Fprintf(env.Out, "done: %s/%s verified for operation %s; new migrations may be granted\n", db.Namespace, db.Name, op)
+			return nil
+		},
+	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the operator")
 	return cmd
 }

@@ -284,7 +284,7 @@ func explain(err error, group, namespace, instance, op, tokenFile string, wait t
 	case ae.Code == deployclient.CodeUnauthenticated:
 		return fmt.Sprintf("the token in %s was not accepted (401): it must be a projected ServiceAccount token for audience bloodraven-deploy that has not expired", tokenFile)
 	case ae.Code == deployclient.CodeVerificationRequired:
-		return fmt.Sprintf("instance %s is gated (409 verification_required): operation %s lost authority past its DDL boundary (generation %d); a person must verify the schema and annotate the MysqlDatabase before any migration", instance, ae.OperationID, ae.Generation)
+		return fmt.Sprintf("instance %s is gated (409 verification_required): operation %s lost authority past its DDL boundary (generation %d); once a person has checked the schema: kubectl annotate mysqldatabase %s bloodraven.shipstream.io/schema-verified=%s", instance, ae.OperationID, ae.Generation, instance, ae.OperationID)
 	case ae.Code == deployclient.CodeForbidden && namespace != "":
 		return fmt.Sprintf("forbidden (403): this ServiceAccount is not in spec.deploymentClients of MysqlDatabase %s for group %s in namespace %s, or the group does not exist there", instance, group, namespace)
 	case ae.Code == deployclient.CodeForbidden:

@@ -431,6 +431,9 @@ func (r *runner) lost() int {
 	if fileExists(marker) {
 		r.logf("the DDL boundary had been passed: the schema of %s may be partly changed", r.f.instance)
 		r.logf("STOP: a person must verify the schema before any retry. Do not reconnect to the new primary to finish the migration. Operation %s will not be granted again.", r.f.operationID)
+		r.logf("the operator gates MysqlDatabase %s: new migrations answer 409 verification_required until, once the schema is checked, "+
+			"'kubectl annotate mysqldatabase %s bloodraven.shipstream.io/schema-verified=%s' (or 'kubectl bloodraven verify %s %s')",
+			r.f.instance, r.f.instance, r.f.operationID, r.f.instance, r.f.operationID)
 		return r.finish(ExitLostAfterDDL, "lost-after-ddl", lostErr.Error())
 	}
 	r.logf("the DDL boundary was not reached: no schema change was started")
