@@ -27,6 +27,8 @@ var (
 	EventOperationFailed         = eventKind{corev1.EventTypeWarning, "OperationFailed", "%s %s failed: %s"}
 	EventOperationWaiting        = eventKind{corev1.EventTypeWarning, "OperationWaiting", "%s %s waits, no transition written: %s"}
 	EventTransitionRolledBack    = eventKind{corev1.EventTypeWarning, "TransitionRolledBack", "%s rolled back: site %s fenced read-only, generation unchanged: %s"}
+	EventDeferralBudgetWarning   = eventKind{corev1.EventTypeWarning, "DeferralBudgetWarning", "%s %s: half of its deferral budget is spent; at %s live failover-holds are revoked and it proceeds"}
+	EventDeferralBudgetExhausted = eventKind{corev1.EventTypeWarning, "DeferralBudgetExhausted", "%s %s: its deferral budget (%s from %s) is spent: live failover-holds are revoked (deferral_budget_exhausted), new ones refused until it has run, and it proceeds"}
 	// On a MysqlDatabase.
 	EventSchemaVerificationRequired = eventKind{corev1.EventTypeWarning, "SchemaVerificationRequired", "migration %s (topologyGeneration %d) ended (%s) after its DDL boundary without confirming its end: no new migration until a person checks the schema and sets %s=%s"}
 	EventSchemaVerified             = eventKind{corev1.EventTypeNormal, "SchemaVerified", "migration %s verified: new migrations may be granted"}
@@ -35,7 +37,7 @@ var (
 // allEvents is every Event above; docs/events.md documents each.
 var allEvents = []eventKind{EventDeploymentLeaseRevoked, EventPlannedFailoverDeferred, EventBootstrapped, EventPromoted,
 	EventEmergencyFailover, EventSiteFenced, EventOperationCompleted, EventOperationFailed, EventOperationWaiting, EventTransitionRolledBack,
-	EventSchemaVerificationRequired, EventSchemaVerified}
+	EventSchemaVerificationRequired, EventSchemaVerified, EventDeferralBudgetWarning, EventDeferralBudgetExhausted}
 
 func (e eventKind) emit(r record.EventRecorder, obj runtime.Object, args ...any) {
 	if r == nil {

@@ -258,6 +258,9 @@ func (r *GroupReconciler) promoteTimeout() time.Duration {
 // someone else wrote first and the reconcile is retried from fresh state.
 func (r *GroupReconciler) writeStatus(ctx context.Context, g *v1.MysqlFailoverGroup) error {
 	g.Status.ObservedGeneration = g.Generation
+	// A request that has run (the write that completes it included) or is
+	// gone takes its deferral budget with it: holds are granted again.
+	pruneDeferralBudgets(g)
 	if err := r.Client.Status().Update(ctx, g); err != nil {
 		r.Metrics.statusWriteFailed(g, err)
 		return fmt.Errorf("write status: %w", err)

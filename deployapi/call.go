@@ -191,6 +191,8 @@ func refusal(d policy.Decision, generation int64) *apiError {
 		return errNotFound
 	case policy.OutcomeUnstable:
 		return errUnstable()
+	case policy.OutcomeDeferralBudgetExhausted:
+		return errDeferralBudgetExhausted()
 	case policy.OutcomeVerificationRequired:
 		return errVerificationRequired(d.Gate.OperationID, d.Gate.Generation)
 	}
@@ -219,6 +221,9 @@ func groupView(g *v1.MysqlFailoverGroup) policy.GroupView {
 		Transition:    g.Status.Transition != nil,
 		Reservation:   g.Status.Reservation != nil,
 		RevokePending: revokePending,
+		// Read from the group as the request read it, fresh: the
+		// controller writes a spent budget before it revokes the holds.
+		DeferralBudgetSpent: policy.DeferralBudgetSpent(g.Status.DeferralBudgets),
 	}
 }
 

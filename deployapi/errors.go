@@ -24,6 +24,7 @@ const (
 	codeHeld             = "held"
 	codeRevoked          = "revoked"
 	codeVerification     = "verification_required"
+	codeBudgetExhausted  = "deferral_budget_exhausted"
 	codeTooLarge         = "too_large"
 	codeUnstable         = "unstable"
 	codeMethodNotAllowed = "method_not_allowed"
@@ -83,6 +84,19 @@ func errHeld(operationID, instance string, expiresAt time.Time) *apiError {
 func errRevoked(reason string, generation int64) *apiError {
 	return &apiError{status: http.StatusConflict, code: codeRevoked,
 		fields: map[string]any{"reason": reason, "topologyGeneration": generation}}
+}
+
+// deferralBudgetRetryAfterSeconds is the retryAfterSeconds of 409
+// deferral_budget_exhausted: the planned operation proceeds at once, and
+// holds are granted again once it has run, which takes tens of seconds.
+const deferralBudgetRetryAfterSeconds = 30
+
+// errDeferralBudgetExhausted answers a failover-hold grant while a planned
+// operation's deferral budget is spent and the operation has not run.
+func errDeferralBudgetExhausted() *apiError {
+	return &apiError{status: http.StatusConflict, code: codeBudgetExhausted,
+		fields:     map[string]any{"retryAfterSeconds": deferralBudgetRetryAfterSeconds},
+		retryAfter: deferralBudgetRetryAfterSeconds}
 }
 
 // errVerificationRequired answers a migration grant for an instance whose

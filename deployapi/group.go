@@ -2,6 +2,7 @@ package deployapi
 
 import (
 	"net/http"
+	"time"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
@@ -38,6 +39,16 @@ type leaseJSON struct {
 	TopologyGeneration int64  `json:"topologyGeneration"`
 }
 
+// admissionJSON is a running deferral budget (DESIGN §5): when the
+// planned operation it bounds proceeds whatever the holds say. Only
+// present while one runs (spec.maxDeferralSeconds set and a hold deferred a
+// request); the earliest when several do.
+type admissionJSON struct {
+	Operation        string `json:"operation"`
+	ID               string `json:"id"`
+	BudgetExhaustsAt string `json:"budgetExhaustsAt"`
+}
+
 type groupJSON struct {
 	Group              string         `json:"group"`
 	Namespace          string         `json:"namespace"`
@@ -48,6 +59,7 @@ type groupJSON struct {
 	Stable             bool           `json:"stable"`
 	UnstableReason     string         `json:"unstableReason"`
 	Leases             []leaseJSON    `json:"leases"`
+	Admission          *admissionJSON `json:"admission,omitempty"`
 }
 
 // getGroup answers the group's status and its live leases. It is an
@@ -72,6 +84,13 @@ func (s *Server) getGroup(r *http.Request, _ *call, g *v1.MysqlFailoverGroup) re
 	}
 	if pf := st.PlannedFailover; pf != nil {
 		out.Operations.PlannedFailover = plannedJSON{Phase: string(pf.Phase), Reason: pf.Reason}
+	}
+	var earliest time.Time
+	for _, b := range st.DeferralBudgets {
+		if out.Admission == nil || b.ExhaustsAt.Time.Before(earliest) {
+			earliest = b.ExhaustsAt.Time
+			out.Admission = &admissionJSON{Operation: string(b.Operation), ID: b.ID, BudgetExhaustsAt: formatTime(earliest)}
+		}
 	}
 	for _, rec := range leases.Effective(recs, string(g.UID), s.clock.Now()) {
 		out.Leases = append(out.Leases, leaseJSON{Kind: string(rec.Kind), OperationID: rec.OperationID, Instance: rec.Instance,

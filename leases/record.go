@@ -43,6 +43,10 @@ const (
 const (
 	ReasonTopologyChanged = "topology_changed"
 	ReasonOperatorRevoked = "operator_revoked"
+	// ReasonDeferralBudgetExhausted ends a failover-hold (its record only,
+	// no tombstone: the operation keeps its migration mutex) when a planned
+	// operation's deferral budget is spent (DESIGN §5).
+	ReasonDeferralBudgetExhausted = "deferral_budget_exhausted"
 )
 
 // Record is a deployment lease as stored. Records are values: the

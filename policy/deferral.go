@@ -1,6 +1,11 @@
 package policy
 
-import "time"
+import (
+	"slices"
+	"time"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+)
 
 // DeferralBudgetInput is what a planned-operation request's deferral budget
 // (MysqlFailoverGroup.spec.maxDeferralSeconds) depends on. The budget is
@@ -60,4 +65,30 @@ func DecideDeferralBudget(in DeferralBudgetInput) DeferralBudget {
 		d.RecheckAt = half
 	}
 	return d
+}
+
+// DeferralBudgetStands tells whether a recorded budget still belongs to a
+// request that has not run: the spec still asks for its operation with its
+// ID, and that operation's status for the ID is neither Completed nor
+// Failed. A budget that no longer stands is dropped, and with it the
+// refusal of hold grants (409 deferral_budget_exhausted).
+func DeferralBudgetStands(b v1.DeferralBudget, requests []Request, status v1.OperationStatus) bool {
+	if !slices.Contains(requests, Request{Operation: b.Operation, ID: b.ID}) {
+		return false
+	}
+	if status.ID == b.ID && (status.Phase == v1.PhaseCompleted || status.Phase == v1.PhaseFailed) {
+		return false
+	}
+	return true
+}
+
+// DeferralBudgetSpent tells whether any request's budget is spent: hold
+// grants are refused until it no longer stands.
+func DeferralBudgetSpent(budgets []v1.DeferralBudget) bool {
+	for _, b := range budgets {
+		if b.Exhausted {
+			return true
+		}
+	}
+	return false
 }

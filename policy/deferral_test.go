@@ -1,8 +1,12 @@
 package policy
 
 import (
+	"reflect"
+	"strings"
 	"testing"
 	"time"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
 func TestDecideDeferralBudget(t *testing.T) {
@@ -47,5 +51,47 @@ func TestDecideDeferralBudget(t *testing.T) {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// The emergency path's decision takes nothing of the deferral budget: no
+// field of its input names a deferral, a budget or a hold.
+func TestTheTopologyDecisionHasNoDeferralInput(t *testing.T) {
+	typ := reflect.TypeOf(TopologyInput{})
+	for i := 0; i < typ.NumField(); i++ {
+		name := strings.ToLower(typ.Field(i).Name)
+		for _, banned := range []string{"deferral", "hold", "lease"} {
+			if strings.Contains(name, banned) {
+				t.Errorf("TopologyInput.%s: the emergency path must not read %s state", typ.Field(i).Name, banned)
+			}
+		}
+	}
+}
+
+func TestDeferralBudgetStands(t *testing.T) {
+	b := v1.DeferralBudget{Operation: v1.OperationPlannedFailover, ID: "req-1"}
+	reqs := []Request{{Operation: v1.OperationPlannedFailover, ID: "req-1"}}
+	tests := map[string]struct {
+		reqs   []Request
+		status v1.OperationStatus
+		want   bool
+	}{
+		"a deferred request keeps its budget":      {reqs, v1.OperationStatus{ID: "req-1", Phase: v1.PhaseDeferred}, true},
+		"a request being admitted keeps it":        {reqs, v1.OperationStatus{ID: "req-1", Phase: v1.PhaseAdmitting}, true},
+		"a completed request drops it":             {reqs, v1.OperationStatus{ID: "req-1", Phase: v1.PhaseCompleted}, false},
+		"a failed request drops it":                {reqs, v1.OperationStatus{ID: "req-1", Phase: v1.PhaseFailed}, false},
+		"a removed request drops it":               {nil, v1.OperationStatus{ID: "req-1", Phase: v1.PhaseDeferred}, false},
+		"a replaced request drops it":              {[]Request{{Operation: v1.OperationPlannedFailover, ID: "req-2"}}, v1.OperationStatus{}, false},
+		"an earlier request's completion keeps it": {reqs, v1.OperationStatus{ID: "req-0", Phase: v1.PhaseCompleted}, true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := DeferralBudgetStands(b, tc.reqs, tc.status); got != tc.want {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if DeferralBudgetSpent([]v1.DeferralBudget{b}) || !DeferralBudgetSpent([]v1.DeferralBudget{b, {Exhausted: true}}) {
+		t.Fatal("DeferralBudgetSpent")
 	}
 }

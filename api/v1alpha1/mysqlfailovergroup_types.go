@@ -105,6 +105,17 @@ type MysqlFailoverGroupSpec struct {
 	// +kubebuilder:validation:Minimum=5
 	// +kubebuilder:validation:Maximum=3600
 	FailureDetectionSeconds int32 `json:"failureDetectionSeconds,omitempty"`
+
+	// MaxDeferralSeconds bounds how long failover-holds may defer one
+	// planned-operation request, counted from its first deferral. When it
+	// is spent every live hold is revoked (reason deferral_budget_exhausted),
+	// new hold grants are refused until the operation has run, and the
+	// operation proceeds. Optional; absent: holds defer for as long as they
+	// live. Emergency failover never reads it.
+	// +optional
+	// +kubebuilder:validation:Minimum=60
+	// +kubebuilder:validation:Maximum=604800
+	MaxDeferralSeconds *int32 `json:"maxDeferralSeconds,omitempty"`
 }
 
 // PlannedFailoverPhase is the phase of a planned failover.
@@ -175,6 +186,40 @@ type Admission struct {
 	// and instance of the blocking hold.
 	// +optional
 	Message string `json:"message,omitempty"`
+
+	// BudgetExhaustsAt is when the request's deferral budget
+	// (spec.maxDeferralSeconds) is spent: live holds are then revoked and
+	// the operation proceeds. Set while the budget runs; a pipeline checks
+	// it (GET /deploy/v1/groups/{group}) before it starts DDL.
+	// +optional
+	BudgetExhaustsAt *metav1.MicroTime `json:"budgetExhaustsAt,omitempty"`
+}
+
+// DeferralBudget is the deferral budget of one planned-operation request
+// (spec.maxDeferralSeconds), from its first deferral by a hold until the
+// operation has run or its request is gone.
+type DeferralBudget struct {
+	// Operation is the planned operation: PlannedFailover, OrderedUpdate or
+	// RestoreInPlace.
+	Operation OperationName `json:"operation"`
+	// ID of the request (spec.plannedFailover.id, spec.updateRevision,
+	// spec.restoreInPlace.id).
+	ID string `json:"id"`
+	// FirstDeferredAt is when a hold first deferred the request: the budget
+	// runs from here, whether or not the request is deferred at every
+	// moment after.
+	FirstDeferredAt metav1.MicroTime `json:"firstDeferredAt"`
+	// ExhaustsAt is FirstDeferredAt plus spec.maxDeferralSeconds as it was
+	// when last decided.
+	ExhaustsAt metav1.MicroTime `json:"exhaustsAt"`
+	// Warned: Event DeferralBudgetWarning was emitted (at half the budget).
+	// +optional
+	Warned bool `json:"warned,omitempty"`
+	// Exhausted: the budget is spent, Event DeferralBudgetExhausted was
+	// emitted; live holds are revoked and new hold grants refused (409
+	// deferral_budget_exhausted) until the operation has run.
+	// +optional
+	Exhausted bool `json:"exhausted,omitempty"`
 }
 
 // PlannedFailoverStatus is the progress of the current planned failover.
@@ -310,6 +355,13 @@ type MysqlFailoverGroupStatus struct {
 	// Reservation is present while an admitted planned operation runs.
 	// +optional
 	Reservation *OperationReservation `json:"reservation,omitempty"`
+
+	// DeferralBudgets are the running deferral budgets, one per planned
+	// operation whose request a hold deferred (spec.maxDeferralSeconds set).
+	// +optional
+	// +listType=map
+	// +listMapKey=operation
+	DeferralBudgets []DeferralBudget `json:"deferralBudgets,omitempty"`
 
 	// Health is the last probe's observation.
 	// +optional
