@@ -39,7 +39,11 @@ const (
 	// CodeVerificationRequired: a migration grant for an instance whose last
 	// run lost authority past its DDL boundary (DESIGN §5).
 	CodeVerificationRequired = "verification_required"
-	CodeMethodNotAllowed     = "method_not_allowed"
+	// CodeDeferralBudgetExhausted: a failover-hold grant while a planned
+	// operation's deferral budget is spent and it has not run (DESIGN §5):
+	// not acquired now (exit 3); retry after the operation ran.
+	CodeDeferralBudgetExhausted = "deferral_budget_exhausted"
+	CodeMethodNotAllowed        = "method_not_allowed"
 )
 
 // Phase is how far a migration's command got, as a renewal reports it

@@ -279,6 +279,8 @@ func explain(err error, group, namespace, instance, op, tokenFile string, wait t
 			group, ae.Holder.OperationID, ae.Holder.Instance, ae.Holder.ExpiresAt, wait)
 	case ae.Code == deployclient.CodeHeld:
 		return fmt.Sprintf("the migration mutex of group %s is held by operation %s (instance %s, until %s); --wait is %s", group, ae.Holder.OperationID, ae.Holder.Instance, ae.Holder.ExpiresAt, wait)
+	case ae.Code == deployclient.CodeDeferralBudgetExhausted:
+		return fmt.Sprintf("group %s refuses failover-holds (409 deferral_budget_exhausted): a planned operation waited its whole deferral budget (spec.maxDeferralSeconds) and runs now; the migration mutex was released: retry after it has run", group)
 	case ae.Code == deployclient.CodeRevoked:
 		return fmt.Sprintf("operation %s was revoked before (%s, group generation %d) and can never be granted again: find out what happened to it, then use a new --operation-id", op, ae.Reason, ae.Generation)
 	case ae.Code == deployclient.CodeUnauthenticated:

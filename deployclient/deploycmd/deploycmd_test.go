@@ -15,12 +15,14 @@ func TestExplainNamesWhatToDo(t *testing.T) {
 		err  error
 		want string
 	}{
-		"held, waited out":  {&deployclient.AcquireError{WaitedOut: true, Err: &deployclient.APIError{Status: 409, Code: "held", Holder: &deployclient.Holder{OperationID: "a", Instance: "b", ExpiresAt: "t"}}}, "still held by operation a (instance b, until t) after waiting 1m0s"},
-		"held, no holder":   {&deployclient.AcquireError{Err: &deployclient.APIError{Status: 409, Code: "held"}}, "held by another operation"},
-		"revoked":           {&deployclient.AcquireError{Err: &deployclient.APIError{Status: 409, Code: "revoked", Reason: "operator_revoked", Generation: 3}}, "can never be granted again"},
-		"unauthenticated":   {&deployclient.AcquireError{Err: &deployclient.APIError{Status: 401, Code: "unauthenticated"}}, "audience bloodraven-deploy"},
-		"forbidden":         {&deployclient.AcquireError{Err: &deployclient.APIError{Status: 403, Code: "forbidden"}}, "spec.deploymentClients of MysqlDatabase db"},
-		"a transport error": {&deployclient.AcquireError{Err: errors.New("dial tcp: connection refused")}, "is the deployment API reachable"},
+		"held, waited out":        {&deployclient.AcquireError{WaitedOut: true, Err: &deployclient.APIError{Status: 409, Code: "held", Holder: &deployclient.Holder{OperationID: "a", Instance: "b", ExpiresAt: "t"}}}, "still held by operation a (instance b, until t) after waiting 1m0s"},
+		"held, no holder":         {&deployclient.AcquireError{Err: &deployclient.APIError{Status: 409, Code: "held"}}, "held by another operation"},
+		"revoked":                 {&deployclient.AcquireError{Err: &deployclient.APIError{Status: 409, Code: "revoked", Reason: "operator_revoked", Generation: 3}}, "can never be granted again"},
+		"unauthenticated":         {&deployclient.AcquireError{Err: &deployclient.APIError{Status: 401, Code: "unauthenticated"}}, "audience bloodraven-deploy"},
+		"forbidden":               {&deployclient.AcquireError{Err: &deployclient.APIError{Status: 403, Code: "forbidden"}}, "spec.deploymentClients of MysqlDatabase db"},
+		"a spent deferral budget": {&deployclient.AcquireError{Err: &deployclient.APIError{Status: 409, Code: "deferral_budget_exhausted"}}, "retry after it has run"},
+		"verification required":   {&deployclient.AcquireError{Err: &deployclient.APIError{Status: 409, Code: "verification_required", OperationID: "op-1", Generation: 2}}, "schema-verified=op-1"},
+		"a transport error":       {&deployclient.AcquireError{Err: errors.New("dial tcp: connection refused")}, "is the deployment API reachable"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got := explain(tc.err, "g", "", "db", "op", "/t", time.Minute); !strings.Contains(got, tc.want) {
