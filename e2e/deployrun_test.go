@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,14 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/devenv"
-	"github.com/shipstream/bloodraven/policy"
 )
 
 // The primary's mariadbd dies while `bloodraven deploy run` holds the mutex
@@ -72,14 +65,7 @@ func TestEmergencyFailoverDuringDeployRun(t *testing.T) {
 	}
 	t.Logf("deploy run output:\n%s", run.Output())
 
-	ctx := context.Background()
-	db := &v1.MysqlDatabase{}
-	dbKey := client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.DatabaseName}
-	waitFor(t, 30*time.Second, func() bool {
-		return admin.Get(ctx, dbKey, db) == nil && db.Status.PendingVerification != nil &&
-			meta.IsStatusConditionTrue(db.Status.Conditions, policy.ConditionSchemaVerificationRequired)
-	})
-	gated := db.Status.PendingVerification
+	gated := waitGated(t, admin, 30*time.Second)
 	if gated.TopologyGeneration != 1 || gated.Ended != "revoked" || gated.Reason != "topology_changed" || !strings.Contains(run.Output(), gated.OperationID) {
 		t.Fatalf("pendingVerification %+v: want the run's operation, granted at 1, revoked (topology_changed)", gated)
 	}
@@ -101,16 +87,7 @@ func TestEmergencyFailoverDuringDeployRun(t *testing.T) {
 	}
 
 	// A person checked the schema.
-	patch := client.MergeFrom(db.DeepCopy())
-	metav1.SetMetaDataAnnotation(&db.ObjectMeta, v1.SchemaVerifiedAnnotation, gated.OperationID)
-	if err := admin.Patch(ctx, db, patch); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, func() bool {
-		_, annotated := db.Annotations[v1.SchemaVerifiedAnnotation]
-		return admin.Get(ctx, dbKey, db) == nil && db.Status.PendingVerification == nil && !annotated &&
-			meta.IsStatusConditionFalse(db.Status.Conditions, policy.ConditionSchemaVerificationRequired)
-	})
+	verifySchema(t, admin, gated.OperationID)
 	waitFor(t, 15*time.Second, func() bool { return slices.Contains(eventReasons(t, admin), "SchemaVerified") })
 
 	third := filepath.Join(t.TempDir(), "third")
@@ -121,8 +98,5 @@ func TestEmergencyFailoverDuringDeployRun(t *testing.T) {
 		t.Fatalf("the third run's command did not run: %v", err)
 	}
 	// It confirmed its end: nothing gates the instance.
-	time.Sleep(2 * time.Second)
-	if err := admin.Get(ctx, dbKey, db); err != nil || db.Status.PendingVerification != nil {
-		t.Fatalf("gated after a run that confirmed its end: %+v %v", db.Status.PendingVerification, err)
-	}
+	expectNotGated(t, p, admin, cfg.TLSAddr, "a run that confirmed its end")
 }

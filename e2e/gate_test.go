@@ -10,14 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/devenv"
-	"github.com/shipstream/bloodraven/policy"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 )
 
@@ -39,45 +36,18 @@ func TestTheGateClosesHoweverARunEndsPastItsDDLBoundary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.DatabaseName}
 	start := func(op string, ttl int, command ...string) *e2etest.DeployRun {
 		return e2etest.StartDeployRun(t, p, cfg, []string{"--group", devenv.GroupName, "--namespace", devenv.PlaygroundNamespace,
 			"--instance", devenv.DatabaseName, "--ttl", strconv.Itoa(ttl), "--operation-id", op}, command...)
 	}
 	waitGate := func(op, ended string, within time.Duration) {
 		t.Helper()
-		db := &v1.MysqlDatabase{}
-		waitFor(t, within, func() bool {
-			return admin.Get(ctx, key, db) == nil && db.Status.PendingVerification != nil &&
-				meta.IsStatusConditionTrue(db.Status.Conditions, policy.ConditionSchemaVerificationRequired)
-		})
-		if p := db.Status.PendingVerification; p.OperationID != op || p.Ended != ended {
+		if p := waitGated(t, admin, within); p.OperationID != op || p.Ended != ended {
 			t.Fatalf("pendingVerification %+v, want %s %s", p, op, ended)
 		}
 	}
-	verify := func(op string) {
-		t.Helper()
-		db := &v1.MysqlDatabase{}
-		if err := admin.Get(ctx, key, db); err != nil {
-			t.Fatal(err)
-		}
-		patch := client.MergeFrom(db.DeepCopy())
-		metav1.SetMetaDataAnnotation(&db.ObjectMeta, v1.SchemaVerifiedAnnotation, op)
-		if err := admin.Patch(ctx, db, patch); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 30*time.Second, func() bool {
-			return admin.Get(ctx, key, db) == nil && db.Status.PendingVerification == nil && db.Status.LastVerifiedOperationID == op
-		})
-	}
-	notGated := func(why string) {
-		t.Helper()
-		time.Sleep(2 * time.Second) // a bookkeeping pass or two
-		db := &v1.MysqlDatabase{}
-		if err := admin.Get(ctx, key, db); err != nil || db.Status.PendingVerification != nil {
-			t.Fatalf("%s, yet gated: %+v %v", why, db.Status.PendingVerification, err)
-		}
-	}
+	verify := func(op string) { t.Helper(); verifySchema(t, admin, op) }
+	notGated := func(why string) { t.Helper(); expectNotGated(t, p, admin, cfg.TLSAddr, why) }
 
 	t.Run("a command that fails after its DDL boundary", func(t *testing.T) {
 		run := start("fails-after-ddl", 30, "sh", "-c", `"$0" deploy mark-ddl && exit 1`, cfg.OperatorBinary)
@@ -118,7 +88,7 @@ func TestTheGateClosesHoweverARunEndsPastItsDDLBoundary(t *testing.T) {
 			t.Fatalf("kubectl bloodraven verify (err %v):\n%s", err, out)
 		}
 		db := &v1.MysqlDatabase{}
-		if err := admin.Get(ctx, key, db); err != nil || db.Status.PendingVerification != nil || db.Status.LastVerifiedOperationID != "killed-after-ddl" {
+		if err := admin.Get(ctx, playgroundDatabase, db); err != nil || db.Status.PendingVerification != nil || db.Status.LastVerifiedOperationID != "killed-after-ddl" {
 			t.Fatalf("after verify: %+v %v", db.Status, err)
 		}
 	})
