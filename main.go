@@ -77,6 +77,8 @@ func Version() string {
 // +kubebuilder:rbac:groups=bloodraven.shipstream.io,resources=mysqlfailovergroups/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=bloodraven.shipstream.io,resources=mysqldatabases,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=bloodraven.shipstream.io,resources=mysqldatabases/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=bloodraven.shipstream.io,resources=deployruns,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=bloodraven.shipstream.io,resources=deployruns/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create

@@ -427,6 +427,11 @@ func leaseDecisionChanged() predicate.Predicate {
 				o.GroupUID != n.GroupUID || o.Kind != n.Kind {
 				return true
 			}
+			if n.Kind == leases.KindMigration {
+				// The DDL boundary and a reported outcome are what the
+				// operation's DeployRun records.
+				return o.Phase != n.Phase || o.Outcome != n.Outcome
+			}
 			return n.Kind == leases.KindFailoverHold && !o.ExpiresAt.Equal(n.ExpiresAt)
 		},
 		// A pending tombstone leaves the cache when it is announced (its kind

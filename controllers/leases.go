@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/deployrun"
 	"github.com/shipstream/bloodraven/gate"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
@@ -105,6 +106,9 @@ func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup
 	if err := r.closeGate(ctx, g, mig); err != nil {
 		errs = append(errs, err)
 	}
+	if err := r.syncRuns(ctx, g, mig); err != nil {
+		errs = append(errs, err)
+	}
 	// Revocations written by the deployment API (a renewal, release or
 	// re-grant that noticed the move first) are announced here.
 	pending, err := r.Leases.PendingTombstones(ctx, g.Namespace, g.Name)
@@ -125,6 +129,27 @@ func migrationOf(objOf map[*leases.Record]*leasestore.Object) *leases.Record {
 		}
 	}
 	return nil
+}
+
+// syncRuns keeps the group's DeployRuns (deployrun) in step with m, its
+// migration record (nil: none): the run of m's operation is written when
+// missing or behind, runs m displaced are recorded ended, and the history
+// is pruned. Reads come from the cache; writes carry the resourceVersions
+// read, and policy.RunStatus never lets a stale read move a run back.
+func (r *GroupReconciler) syncRuns(ctx context.Context, g *v1.MysqlFailoverGroup, m *leases.Record) error {
+	if !m.BelongsTo(string(g.UID)) {
+		m = nil
+	}
+	runs, err := deployrun.List(ctx, r.Client, g)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	if m != nil {
+		errs = append(errs, deployrun.Sync(ctx, r.Client, r.Client, g, m, r.Clock.Now()))
+	}
+	errs = append(errs, deployrun.Lost(ctx, r.Client, runs, m), deployrun.Prune(ctx, r.Client, g, runs))
+	return errors.Join(errs...)
 }
 
 // closeGate records m's unconfirmed DDL on its database, when m has one

@@ -34,6 +34,9 @@ type call struct {
 	ttl   ttlField
 	// phase is a migration renewal's phase, empty when omitted.
 	phase leases.Phase
+	// outcome is a migration release's X-Deploy-Outcome, empty when
+	// omitted.
+	outcome leases.Outcome
 	// wait is how long a lease GET may be held (Prefer: wait=N); zero
 	// answers at once.
 	wait time.Duration
@@ -168,6 +171,20 @@ func parseRelease(r *http.Request, ps httprouter.Params, c *call) *apiError {
 		return e
 	}
 	c.token = r.Header.Get("X-Lease-Token")
+	vals := r.Header.Values(leases.OutcomeHeader)
+	switch {
+	case len(vals) == 0:
+		return nil
+	case len(vals) > 1:
+		return errBadRequest(leases.OutcomeHeader + " must be given at most once")
+	case c.kind != leases.KindMigration:
+		return errBadRequest(leases.OutcomeHeader + " is for the migration lease only")
+	}
+	o, ok := leases.ParseOutcome(vals[0])
+	if !ok {
+		return errBadRequest(leases.OutcomeHeader + ` must be "succeeded", "failed", "lost-before-ddl", "lost-after-ddl" or "abort-failed"`)
+	}
+	c.outcome = o
 	return nil
 }
 

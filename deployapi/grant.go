@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/deployrun"
 	"github.com/shipstream/bloodraven/gate"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
@@ -105,6 +106,11 @@ func (s *Server) grant(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 			if d.Outcome == policy.OutcomeCreate {
 				target = nil
 			}
+			if d.Outcome == policy.OutcomeTakeOver && c.kind == leases.KindMigration {
+				// The ended operation's record is about to be replaced:
+				// its run records how it ended first.
+				s.syncRun(ctx, g, leasestore.RecordOf(mig))
+			}
 			res, err = s.writeGrant(ctx, c, g, name, target, d.Outcome, now)
 			return err
 		case policy.OutcomeStaleView:
@@ -161,6 +167,9 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGro
 	}
 	if err := s.confirmGrant(ctx, g, written, prev); err != nil {
 		return result{}, err
+	}
+	if rec.Kind == leases.KindMigration {
+		s.syncRun(ctx, g, &rec)
 	}
 	status := http.StatusCreated
 	if outcome == policy.OutcomeRegrant {
@@ -223,4 +232,18 @@ func (s *Server) confirmGrant(ctx context.Context, g *v1.MysqlFailoverGroup, wri
 		}
 	}
 	return errUnstable()
+}
+
+// syncRun brings the DeployRun of rec's operation up to date with rec
+// (deployrun.Sync, on fresh reads). A failure is logged and fails nothing:
+// the run is history, not authority, and the group controller's bookkeeping
+// writes it on its next pass from the same record.
+func (s *Server) syncRun(ctx context.Context, g *v1.MysqlFailoverGroup, rec *leases.Record) {
+	if rec == nil || rec.Kind != leases.KindMigration {
+		return
+	}
+	if err := deployrun.Sync(ctx, s.api, s.leases.Client, g, rec, s.clock.Now()); err != nil {
+		s.log.Error(err, "DeployRun not written; the group controller writes it from the lease record",
+			"group", g.Name, "namespace", g.Namespace, "operationId", rec.OperationID)
+	}
 }

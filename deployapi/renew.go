@@ -106,7 +106,11 @@ func (s *Server) leaseRecords(ctx context.Context, c *call, g *v1.MysqlFailoverG
 func (s *Server) release(r *http.Request, c *call, g *v1.MysqlFailoverGroup) result {
 	ctx := r.Context()
 	res := result{status: http.StatusNoContent}
+	// ended is the migration record this release wrote; revoked the one a
+	// revocation it wrote did.
+	var ended, revoked *leases.Record
 	err := leasestore.Optimistic(func(fresh bool) error {
+		ended, revoked = nil, nil
 		obj, own, err := s.leases.GetOwn(ctx, g, c.kind, c.operationID, fresh)
 		if err != nil {
 			return err
@@ -129,6 +133,7 @@ func (s *Server) release(r *http.Request, c *call, g *v1.MysqlFailoverGroup) res
 				return errRevocationNotWritten(err)
 			}
 			if rev.Tombstone != nil {
+				revoked = migrationIn(rev.Records)
 				return nil
 			}
 			return leasestore.ErrStale
@@ -141,8 +146,23 @@ func (s *Server) release(r *http.Request, c *call, g *v1.MysqlFailoverGroup) res
 					return err
 				}
 			}
-			_, err := s.leases.Update(ctx, g, obj, *d.Next)
-			return err
+			next := d.Next.Reported(c.outcome)
+			if _, err := s.leases.Update(ctx, g, obj, next); err != nil {
+				return err
+			}
+			ended = &next
+			return nil
+		}
+		if d.Outcome == policy.OutcomeNothingToRelease {
+			// Authority ended before the release (revoked, expired): the
+			// client's outcome is still recorded, on the ended record.
+			if next, report := policy.DecideReport(own, c.token, c.outcome, now); report {
+				if _, err := s.leases.Update(ctx, g, obj, next); err != nil {
+					return err
+				}
+				ended = &next
+				return nil
+			}
 		}
 		if confirmedOnly(d.Outcome) && !fresh {
 			return leasestore.ErrStale
@@ -154,8 +174,37 @@ func (s *Server) release(r *http.Request, c *call, g *v1.MysqlFailoverGroup) res
 	})
 	if err != nil {
 		res.err = err
+		return res
 	}
+	if revoked != nil && c.kind == leases.KindMigration {
+		// The release found the move first and revoked the operation: the
+		// client's report goes on the revoked record. The answer stays 204
+		// whatever becomes of the report.
+		ended = revoked
+		if c.outcome != "" {
+			next, err := s.leases.Transition(ctx, g, leases.KindMigration, c.operationID, func(cur *leases.Record) (leases.Record, bool) {
+				return policy.DecideReport(cur, c.token, c.outcome, s.clock.Now())
+			})
+			if err != nil {
+				s.log.Error(err, "the outcome reported on release was not recorded", "group", g.Name,
+					"namespace", g.Namespace, "operationId", c.operationID, "outcome", string(c.outcome))
+			} else if next != nil {
+				ended = next
+			}
+		}
+	}
+	s.syncRun(ctx, g, ended)
 	return res
+}
+
+// migrationIn is the migration record among recs, or nil.
+func migrationIn(recs []leases.Record) *leases.Record {
+	for i := range recs {
+		if recs[i].Kind == leases.KindMigration {
+			return &recs[i]
+		}
+	}
+	return nil
 }
 
 // releaseHold releases operation's failover-hold, if it is active.

@@ -428,7 +428,28 @@ func (c *Client) Watch(ctx context.Context, group, kind, operationID, token stri
 // Release releases a lease. An absent, expired or revoked lease is released
 // already (204).
 func (c *Client) Release(ctx context.Context, group, kind, operationID, token string) error {
-	_, err := c.do(ctx, c.timeout, http.MethodDelete, leasePath(group, kind, operationID), nil, http.Header{"X-Lease-Token": {token}}, nil)
+	return c.ReleaseReporting(ctx, group, kind, operationID, token, "")
+}
+
+// Outcomes a release of the migration lease may report (X-Deploy-Outcome,
+// DESIGN §5); the operator records the report in the operation's DeployRun.
+const (
+	OutcomeSucceeded     = "succeeded"
+	OutcomeFailed        = "failed"
+	OutcomeLostBeforeDDL = "lost-before-ddl"
+	OutcomeLostAfterDDL  = "lost-after-ddl"
+	OutcomeAbortFailed   = "abort-failed"
+)
+
+// ReleaseReporting releases a lease like Release and, for the migration
+// lease, reports outcome (empty: none) in the X-Deploy-Outcome header. An
+// operator older than the header ignores it.
+func (c *Client) ReleaseReporting(ctx context.Context, group, kind, operationID, token, outcome string) error {
+	h := http.Header{"X-Lease-Token": {token}}
+	if outcome != "" {
+		h.Set("X-Deploy-Outcome", outcome)
+	}
+	_, err := c.do(ctx, c.timeout, http.MethodDelete, leasePath(group, kind, operationID), nil, h, nil)
 	return err
 }
 

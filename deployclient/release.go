@@ -36,6 +36,18 @@ func (s *Session) Release(ctx context.Context, recorded func(context.Context) er
 	return errors.Join(errs...)
 }
 
+// ReportOutcome sets the outcome the release of the migration mutex
+// reports to the operator (header X-Deploy-Outcome, recorded in the
+// operation's DeployRun): OutcomeSucceeded, OutcomeFailed,
+// OutcomeLostBeforeDDL, OutcomeLostAfterDDL or OutcomeAbortFailed. The
+// report is sent even when authority was already lost (the operator
+// answers 204 and records it on the ended lease). Call it before Release.
+func (s *Session) ReportOutcome(outcome string) {
+	s.phaseMu.Lock()
+	s.outcome = outcome
+	s.phaseMu.Unlock()
+}
+
 // stopHeartbeat stops l's heartbeat and watch and waits for both.
 func (s *Session) stopHeartbeat(l *lease) {
 	if l.stop != nil {
@@ -57,9 +69,15 @@ func (s *Session) release(ctx context.Context, l *lease) error {
 	if done {
 		return nil
 	}
+	var outcome string
+	if l == s.mig {
+		s.phaseMu.Lock()
+		outcome = s.outcome
+		s.phaseMu.Unlock()
+	}
 	var err error
 	for attempt := 1; attempt <= 3; attempt++ {
-		if err = s.client().Release(ctx, s.cfg.Group, l.kind, s.cfg.OperationID, token); err == nil || !Transient(err) {
+		if err = s.client().ReleaseReporting(ctx, s.cfg.Group, l.kind, s.cfg.OperationID, token, outcome); err == nil || !Transient(err) {
 			break
 		}
 		if !sleep(s.clk, backoff(attempt, nil), ctx.Done(), nil) {

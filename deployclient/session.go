@@ -234,6 +234,9 @@ type Session struct {
 	// Confirm, DDLStarted); renewals carry it.
 	phaseMu sync.Mutex
 	phase   Phase
+	// outcome is what the release of the migration lease reports
+	// (X-Deploy-Outcome); empty reports nothing. Guarded by phaseMu.
+	outcome string
 	// noPhases: the operator answered 400 to a phase (it is older than
 	// phases): renewals carry none.
 	noPhases atomic.Bool

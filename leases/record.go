@@ -80,6 +80,15 @@ type Record struct {
 	// (the DDL boundary), as its renewals reported it. Empty is PhasePreDDL.
 	// It only moves forward, and a re-grant keeps it.
 	Phase Phase `json:"phase,omitempty"`
+	// Outcome, on a migration mutex: what its client reported on release
+	// (X-Deploy-Outcome), written with the release, or on the ended record
+	// when the client releases after its authority ended. Empty: not
+	// reported. The operator copies it into the operation's DeployRun.
+	Outcome Outcome `json:"outcome,omitempty"`
+	// RevokedAtGeneration, on a revoked record: the topology generation of
+	// the group's last move when it was revoked (for topology_changed, the
+	// generation the move wrote).
+	RevokedAtGeneration int64 `json:"revokedAtGeneration,omitempty"`
 	// EndedAt is when a released record was released; zero otherwise.
 	EndedAt   time.Time `json:"endedAt,omitzero"`
 	TokenHash string    `json:"tokenHash,omitempty"`

@@ -103,7 +103,9 @@ func Revoke(in RevocationInput) (Revocation, bool) {
 	}
 	out := Revocation{Tombstone: NewTombstone(in.Group, in.GroupUID, in.OperationID, in.Reason, in.Move.Generation, own, in.Now)}
 	for _, r := range own {
-		out.Next = append(out.Next, r.Revoked(in.Reason, in.Now))
+		next := r.Revoked(in.Reason, in.Now)
+		next.RevokedAtGeneration = in.Move.Generation
+		out.Next = append(out.Next, next)
 	}
 	return out, true
 }

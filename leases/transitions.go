@@ -55,6 +55,15 @@ func (r Record) Released(now time.Time) Record {
 	return r
 }
 
+// Reported is r with the outcome its client reported on release; the first
+// report stands (a retried release cannot change it).
+func (r Record) Reported(o Outcome) Record {
+	if r.Outcome == "" {
+		r.Outcome = o
+	}
+	return r
+}
+
 // Expired is r recorded as expired: its expiry passed, or (a failover-hold)
 // its operation no longer holds the live migration mutex.
 func (r Record) Expired() Record {

@@ -362,3 +362,17 @@ func DecideRelease(record *leases.Record, token string, g GroupView, now time.Ti
 	next := record.Released(now)
 	return Decision{Outcome: OutcomeRelease, Next: &next}
 }
+
+// DecideReport decides whether a release that found its operation's
+// migration record already ended (revoked, expired or released) records the
+// client's outcome on it: the record is the operation's (its token
+// matches), no outcome was recorded yet, and one is reported. The release
+// still answers 204; only the report is written. A live record takes the
+// report with its release instead (Record.Reported on the released record).
+func DecideReport(record *leases.Record, token string, outcome leases.Outcome, now time.Time) (leases.Record, bool) {
+	if record == nil || outcome == "" || record.Kind != leases.KindMigration || record.Live(now) ||
+		record.Outcome != "" || !leases.TokenMatches(token, record.TokenHash) {
+		return leases.Record{}, false
+	}
+	return record.Reported(outcome), true
+}

@@ -20,11 +20,13 @@ const (
 	GroupPath       = "/validate-bloodraven-shipstream-io-v1alpha1-mysqlfailovergroup"
 	GroupStatusPath = "/validate-bloodraven-shipstream-io-v1alpha1-mysqlfailovergroup-status"
 	DatabasePath    = "/validate-bloodraven-shipstream-io-v1alpha1-mysqldatabase"
+	DeployRunPath   = "/validate-bloodraven-shipstream-io-v1alpha1-deployrun"
 )
 
 // +kubebuilder:webhook:path=/validate-bloodraven-shipstream-io-v1alpha1-mysqlfailovergroup,mutating=false,failurePolicy=fail,sideEffects=None,groups=bloodraven.shipstream.io,resources=mysqlfailovergroups,verbs=create;update,versions=v1alpha1,name=spec.mysqlfailovergroups.bloodraven.shipstream.io,admissionReviewVersions=v1,timeoutSeconds=5
 // +kubebuilder:webhook:path=/validate-bloodraven-shipstream-io-v1alpha1-mysqlfailovergroup-status,mutating=false,failurePolicy=fail,sideEffects=None,groups=bloodraven.shipstream.io,resources=mysqlfailovergroups/status,verbs=update,versions=v1alpha1,name=status.mysqlfailovergroups.bloodraven.shipstream.io,admissionReviewVersions=v1,timeoutSeconds=5
 // +kubebuilder:webhook:path=/validate-bloodraven-shipstream-io-v1alpha1-mysqldatabase,mutating=false,failurePolicy=fail,sideEffects=None,groups=bloodraven.shipstream.io,resources=mysqldatabases,verbs=create;update,versions=v1alpha1,name=mysqldatabases.bloodraven.shipstream.io,admissionReviewVersions=v1,timeoutSeconds=5
+// +kubebuilder:webhook:path=/validate-bloodraven-shipstream-io-v1alpha1-deployrun,mutating=false,failurePolicy=fail,sideEffects=None,groups=bloodraven.shipstream.io,resources=deployruns;deployruns/status,verbs=create;update;delete,versions=v1alpha1,name=deployruns.bloodraven.shipstream.io,admissionReviewVersions=v1,timeoutSeconds=5
 
 // Register mounts the webhooks on srv. operatorIdentity is the user name the
 // operator authenticates as (system:serviceaccount:<ns>:<name>).
@@ -33,11 +35,13 @@ func Register(srv webhook.Server, scheme *runtime.Scheme, operatorIdentity strin
 	srv.Register(GroupPath, &webhook.Admission{Handler: &groupSpecHandler{dec: dec}})
 	srv.Register(GroupStatusPath, &webhook.Admission{Handler: &statusHandler{dec: dec, operator: operatorIdentity}})
 	srv.Register(DatabasePath, &webhook.Admission{Handler: &databaseHandler{dec: dec}})
+	srv.Register(DeployRunPath, &webhook.Admission{Handler: &deployRunHandler{operator: operatorIdentity}})
 }
 
 var (
 	groupKind    = schema.GroupKind{Group: v1.GroupVersion.Group, Kind: "MysqlFailoverGroup"}
 	databaseKind = schema.GroupKind{Group: v1.GroupVersion.Group, Kind: "MysqlDatabase"}
+	runKind      = schema.GroupKind{Group: v1.GroupVersion.Group, Kind: "DeployRun"}
 )
 
 // deny turns field errors into the API server's Invalid status, so kubectl
@@ -94,4 +98,14 @@ func (h *databaseHandler) Handle(_ context.Context, req admission.Request) admis
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	return verdict(databaseKind, db.Name, ValidateDatabase(db))
+}
+
+// deployRunHandler guards DeployRuns, spec and status: they are history the
+// operator writes, so only the operator may create, change or delete one;
+// the garbage collector and the namespace controller may delete them
+// (ValidateRunWriter).
+type deployRunHandler struct{ operator string }
+
+func (h *deployRunHandler) Handle(_ context.Context, req admission.Request) admission.Response {
+	return verdict(runKind, req.Name, ValidateRunWriter(string(req.Operation), req.SubResource, req.UserInfo.Username, h.operator))
 }

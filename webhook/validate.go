@@ -228,3 +228,38 @@ func ValidateDatabase(db *v1.MysqlDatabase) field.ErrorList {
 	}
 	return errs
 }
+
+// RunAdvice is what a refused DeployRun write tells the user.
+const RunAdvice = "DeployRuns record what ran and are written by the operator only; " +
+	"they follow the group's migration leases, and the operator keeps spec.deployRunHistory of them per instance " +
+	"(lower it on the MysqlFailoverGroup to keep fewer)"
+
+// collectors may delete DeployRuns besides the operator: the garbage
+// collector (the owning group was deleted) and the namespace controller (the
+// namespace was), as service accounts or as kube-controller-manager itself.
+// They may also update one's metadata: the garbage collector rewrites owner
+// references when a group is deleted with --cascade=orphan.
+var collectors = map[string]bool{
+	"system:serviceaccount:kube-system:generic-garbage-collector": true,
+	"system:serviceaccount:kube-system:namespace-controller":      true,
+	"system:kube-controller-manager":                              true,
+}
+
+// ValidateRunWriter checks a write of a DeployRun by user (operation is the
+// admission operation, CREATE, UPDATE or DELETE; subresource is "status" for
+// a status write): only operator may create one or write its status; only
+// operator and the collectors may change its metadata or delete it.
+func ValidateRunWriter(operation, subresource, user, operator string) field.ErrorList {
+	if operator != "" && user == operator {
+		return nil
+	}
+	if collectors[user] && (operation == "DELETE" || (operation == "UPDATE" && subresource == "")) {
+		return nil
+	}
+	verb := map[string]string{"CREATE": "create", "UPDATE": "change", "DELETE": "delete"}[operation]
+	if verb == "" {
+		verb = strings.ToLower(operation)
+	}
+	return field.ErrorList{field.Forbidden(field.NewPath("metadata"),
+		fmt.Sprintf("%s may not %s a DeployRun: %s", user, verb, RunAdvice))}
+}

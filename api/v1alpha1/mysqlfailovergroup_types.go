@@ -116,6 +116,15 @@ type MysqlFailoverGroupSpec struct {
 	// +kubebuilder:validation:Minimum=60
 	// +kubebuilder:validation:Maximum=604800
 	MaxDeferralSeconds *int32 `json:"maxDeferralSeconds,omitempty"`
+
+	// DeployRunHistory is how many DeployRun records the operator keeps per
+	// instance: past it, the oldest ended runs are deleted. A run still
+	// holding the mutex is never deleted. Default 20.
+	// +optional
+	// +kubebuilder:default=20
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	DeployRunHistory int32 `json:"deployRunHistory,omitempty"`
 }
 
 // PlannedFailoverPhase is the phase of a planned failover.

@@ -482,6 +482,7 @@ func (r *runner) finish(code int, result, detail string) int {
 		b, _ := json.MarshalIndent(rec, "", "  ")
 		return writeSynced(r.f.outcomeFile, append(b, '\n'))
 	}
+	r.sess.ReportOutcome(result)
 	if err := r.sess.Release(ctx, recorded); err != nil {
 		r.logf("release: %v", err)
 		if errors.Is(err, deployclient.ErrNotRecorded) && (code == ExitOK || code == ExitChildFailed) {

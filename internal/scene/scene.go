@@ -130,8 +130,14 @@ func (c *Client) Send(method, path string, body any, headers ...string) (Respons
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
+	given := map[string]bool{} // a header given twice is sent twice
 	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
+		if given[headers[i]] {
+			req.Header.Add(headers[i], headers[i+1])
+		} else {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+		given[headers[i]] = true
 	}
 	resp, err := c.do(req)
 	if err != nil {

@@ -1,0 +1,132 @@
+package deployapi
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/deployrun"
+)
+
+// run reads the DeployRun of op, failing the test when there is none.
+func (f *fixture) run(op string) *v1.DeployRun {
+	f.t.Helper()
+	r := &v1.DeployRun{}
+	if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.groupNS, Name: deployrun.Name("playground", op)}, r); err != nil {
+		f.t.Fatalf("the DeployRun of %s: %v", op, err)
+	}
+	return r
+}
+
+func (f *fixture) runs() []v1.DeployRun {
+	f.t.Helper()
+	var list v1.DeployRunList
+	if err := env.Client.List(f.ctx, &list, client.InNamespace(f.groupNS)); err != nil {
+		f.t.Fatal(err)
+	}
+	return list.Items
+}
+
+func expectRun(t *testing.T, r *v1.DeployRun, outcome v1.DeployRunOutcome, phase string, end v1.LeaseEnd) {
+	t.Helper()
+	if r.Status.Outcome != outcome || r.Status.Phase != phase || r.Status.LeaseEnd != end {
+		t.Fatalf("run of %s: outcome %q phase %q leaseEnd %q, want %q %q %q", r.Spec.OperationID,
+			r.Status.Outcome, r.Status.Phase, r.Status.LeaseEnd, outcome, phase, end)
+	}
+}
+
+func TestAGrantedMigrationLeavesADeployRunWithItsReportedOutcome(t *testing.T) {
+	f := newFixture(t)
+	g := f.grant("migration", "op-1", http.StatusCreated)
+	r := f.run("op-1")
+	expectRun(t, r, v1.DeployRunRunning, "pre-ddl", "")
+	if r.Spec.Instance != "counter-app" || r.Spec.OperationID != "op-1" || r.Spec.GrantGeneration != 1 ||
+		r.Spec.Caller != "system:serviceaccount:"+f.clientNS+":deploy" || r.Status.StartTime == nil {
+		t.Fatalf("run: %+v", r)
+	}
+	if len(r.OwnerReferences) != 1 || r.OwnerReferences[0].UID != f.group.UID {
+		t.Fatalf("owner references %+v, want the group", r.OwnerReferences)
+	}
+	f.renewPhase("op-1", g.str("token"), "done")
+	if rr := f.do(http.MethodDelete, leasePath("migration", "op-1"), f.token, nil, "X-Lease-Token", g.str("token"),
+		"X-Deploy-Outcome", "succeeded"); rr.status != http.StatusNoContent {
+		t.Fatalf("release: %d %s", rr.status, rr.raw)
+	}
+	r = f.run("op-1")
+	expectRun(t, r, v1.DeployRunSucceeded, "done", v1.LeaseReleased)
+	if r.Status.EndTime == nil || r.Status.EndTime.Before(r.Status.StartTime) {
+		t.Fatalf("end %v, start %v", r.Status.EndTime, r.Status.StartTime)
+	}
+
+	// A refused grant leaves none; a grant without a report ends
+	// "released".
+	f.grant("migration", "op-2", http.StatusCreated)
+	f.grant("migration", "op-3", http.StatusConflict)
+	if n := len(f.runs()); n != 2 {
+		t.Fatalf("%d runs, want 2: a refused grant leaves none", n)
+	}
+}
+
+func TestAReleaseAfterAMoveRecordsTheLossAndBothGenerations(t *testing.T) {
+	f := newFixture(t)
+	g := f.grant("migration", "op-1", http.StatusCreated)
+	f.renewPhase("op-1", g.str("token"), "ddl")
+	f.move(2)
+	// The client's release after it lost authority: 204, and its report
+	// is recorded beside the revocation.
+	if rr := f.do(http.MethodDelete, leasePath("migration", "op-1"), f.token, nil, "X-Lease-Token", g.str("token"),
+		"X-Deploy-Outcome", "lost-after-ddl"); rr.status != http.StatusNoContent {
+		t.Fatalf("release: %d %s", rr.status, rr.raw)
+	}
+	r := f.run("op-1")
+	expectRun(t, r, v1.DeployRunLostAfterDDL, "ddl", v1.LeaseRevoked)
+	if r.Status.RevocationReason != "topology_changed" || r.Spec.GrantGeneration != 1 || r.Status.RevokedAtGeneration != 2 {
+		t.Fatalf("run: reason %q, granted at %d, revoked at %d; want topology_changed, 1, 2",
+			r.Status.RevocationReason, r.Spec.GrantGeneration, r.Status.RevokedAtGeneration)
+	}
+	// A second report, or another token's, changes nothing.
+	f.do(http.MethodDelete, leasePath("migration", "op-1"), f.token, nil, "X-Lease-Token", g.str("token"), "X-Deploy-Outcome", "succeeded")
+	expectRun(t, f.run("op-1"), v1.DeployRunLostAfterDDL, "ddl", v1.LeaseRevoked)
+}
+
+func TestAMutexTakenOverRecordsHowThePreviousRunEnded(t *testing.T) {
+	f := newFixture(t)
+	f.grant("migration", "op-1", http.StatusCreated)
+	f.clock.Step(31 * time.Second) // op-1's mutex lapses; nobody marked it expired
+	f.grant("migration", "op-2", http.StatusCreated)
+	r := f.run("op-1")
+	expectRun(t, r, v1.DeployRunExpired, "pre-ddl", v1.LeaseExpired)
+	expectRun(t, f.run("op-2"), v1.DeployRunRunning, "pre-ddl", "")
+}
+
+func TestABadOutcomeHeaderIsRefusedAndChangesNothing(t *testing.T) {
+	f := newFixture(t)
+	g := f.grant("migration", "op-1", http.StatusCreated)
+	h := f.grant("failover-hold", "op-1", http.StatusCreated)
+	for name, tc := range map[string]struct {
+		kind    string
+		token   string
+		headers []string
+		want    string
+	}{
+		"an unknown outcome": {kind: "migration", token: g.str("token"), headers: []string{"X-Deploy-Outcome", "fine"}, want: "must be"},
+		"two outcomes": {kind: "migration", token: g.str("token"),
+			headers: []string{"X-Deploy-Outcome", "succeeded", "X-Deploy-Outcome", "failed"}, want: "at most once"},
+		"an outcome on a hold": {kind: "failover-hold", token: h.str("token"), headers: []string{"X-Deploy-Outcome", "succeeded"}, want: "migration lease only"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := f.do(http.MethodDelete, leasePath(tc.kind, "op-1"), f.token, nil, append([]string{"X-Lease-Token", tc.token}, tc.headers...)...)
+			expectError(t, r, http.StatusBadRequest, "bad_request")
+			if !strings.Contains(r.str("message"), tc.want) {
+				t.Fatalf("message %q, want it to say %q", r.str("message"), tc.want)
+			}
+			expectRun(t, f.run("op-1"), v1.DeployRunRunning, "pre-ddl", "")
+		})
+	}
+	// Both leases are still live.
+	f.renewPhase("op-1", g.str("token"), "pre-ddl")
+}

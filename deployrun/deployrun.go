@@ -1,0 +1,192 @@
+package deployrun
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/policy"
+)
+
+// Labels on DeployRun objects.
+const (
+	LabelGroup    = leasestore.LabelGroup
+	LabelInstance = "bloodraven.shipstream.io/instance"
+)
+
+// Name is the name of the DeployRun of operationID in group: the group's
+// name and a digest of the operation ID (operation IDs need not be valid
+// object names).
+func Name(group, operationID string) string {
+	sum := sha256.Sum256([]byte(operationID))
+	suffix := "-" + hex.EncodeToString(sum[:6])
+	if len(group)+len(suffix) <= 253 {
+		return group + suffix
+	}
+	g := sha256.Sum256([]byte(group))
+	return "run-" + hex.EncodeToString(g[:10]) + suffix
+}
+
+// Sync makes the DeployRun of rec's operation in g match rec at now: it
+// creates the run when it is missing (only for a record of g's incarnation)
+// and writes its status when it differs. read is the reader the decision
+// is made on (the cache or the API server); a stale read costs a conflict,
+// which is left to the next Sync.
+func Sync(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlFailoverGroup, rec *leases.Record, now time.Time) error {
+	if rec == nil || rec.Kind != leases.KindMigration || !rec.BelongsTo(string(g.UID)) {
+		return nil
+	}
+	run := &v1.DeployRun{}
+	err := read.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: Name(g.Name, rec.OperationID)}, run)
+	switch {
+	case apierrors.IsNotFound(err):
+		run, err = create(ctx, w, g, rec)
+		if err != nil || run == nil {
+			return err
+		}
+	case err != nil:
+		return fmt.Errorf("read DeployRun of %s: %w", rec.OperationID, err)
+	}
+	if run.Spec.OperationID != rec.OperationID {
+		return nil // not this operation's (a hand-made object the webhook let through)
+	}
+	return writeStatus(ctx, w, run, policy.RunStatus(run.Status, rec, now))
+}
+
+// Lost records each of runs displaced by current, the group's migration
+// record (policy.RunDisplaced), as ended in an unknown way
+// (policy.RunLost).
+func Lost(ctx context.Context, w client.Client, runs []v1.DeployRun, current *leases.Record) error {
+	for i := range runs {
+		r := &runs[i]
+		if !policy.RunDisplaced(r.Spec.OperationID, r.Status, current) {
+			continue
+		}
+		if err := writeStatus(ctx, w, r, policy.RunLost(r.Status)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Prune deletes the runs policy.RunsToPrune names for g's history, each
+// with the resourceVersion it was read at.
+func Prune(ctx context.Context, w client.Client, g *v1.MysqlFailoverGroup, runs []v1.DeployRun) error {
+	views := make([]policy.RunView, 0, len(runs))
+	byName := map[string]*v1.DeployRun{}
+	for i := range runs {
+		r := &runs[i]
+		var start time.Time
+		if r.Status.StartTime != nil {
+			start = r.Status.StartTime.Time
+		} else {
+			start = r.CreationTimestamp.Time
+		}
+		views = append(views, policy.RunView{Name: r.Name, Instance: r.Spec.Instance, Start: start,
+			Running: r.Status.Outcome == v1.DeployRunRunning || r.Status.Outcome == ""})
+		byName[r.Name] = r
+	}
+	for _, name := range policy.RunsToPrune(views, History(g)) {
+		r := byName[name]
+		err := w.Delete(ctx, r, client.Preconditions{UID: &r.UID, ResourceVersion: &r.ResourceVersion})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("prune DeployRun %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// History is how many runs g keeps per instance.
+func History(g *v1.MysqlFailoverGroup) int {
+	if g.Spec.DeployRunHistory > 0 {
+		return int(g.Spec.DeployRunHistory)
+	}
+	return 20
+}
+
+// List returns g's DeployRuns (of this incarnation) as read reads them.
+func List(ctx context.Context, read client.Reader, g *v1.MysqlFailoverGroup) ([]v1.DeployRun, error) {
+	list := &v1.DeployRunList{}
+	if err := read.List(ctx, list, client.InNamespace(g.Namespace),
+		client.MatchingLabels{LabelGroup: leases.GroupLabelValue(g.Name)}); err != nil {
+		return nil, fmt.Errorf("list DeployRuns of %s/%s: %w", g.Namespace, g.Name, err)
+	}
+	out := list.Items[:0]
+	for _, r := range list.Items {
+		if r.Spec.GroupRef.Name == g.Name && ownedBy(&r, g) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func ownedBy(r *v1.DeployRun, g *v1.MysqlFailoverGroup) bool {
+	for _, o := range r.OwnerReferences {
+		if o.UID == g.UID {
+			return true
+		}
+	}
+	return false
+}
+
+func create(ctx context.Context, w client.Client, g *v1.MysqlFailoverGroup, rec *leases.Record) (*v1.DeployRun, error) {
+	run := &v1.DeployRun{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: g.Namespace, Name: Name(g.Name, rec.OperationID),
+			Labels: map[string]string{
+				leasestore.LabelManagedBy: leasestore.ManagedByValue,
+				LabelGroup:                leases.GroupLabelValue(g.Name),
+				LabelInstance:             instanceLabel(rec.Instance),
+			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: v1.GroupVersion.String(), Kind: "MysqlFailoverGroup", Name: g.Name, UID: g.UID,
+				BlockOwnerDeletion: ptr.To(false),
+			}},
+		},
+		Spec: v1.DeployRunSpec{GroupRef: v1.GroupReference{Name: g.Name}, Instance: rec.Instance,
+			OperationID: rec.OperationID, Caller: rec.Identity, GrantGeneration: rec.Generation},
+	}
+	if err := w.Create(ctx, run); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, nil // written meanwhile; the next Sync reads it
+		}
+		return nil, fmt.Errorf("create DeployRun of %s: %w", rec.OperationID, err)
+	}
+	return run, nil
+}
+
+func writeStatus(ctx context.Context, w client.Client, run *v1.DeployRun, next v1.DeployRunStatus) error {
+	if equality.Semantic.DeepEqual(run.Status, next) {
+		return nil
+	}
+	run = run.DeepCopy()
+	run.Status = next
+	if err := w.Status().Update(ctx, run); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil // changed or pruned since it was read: the next Sync decides again
+		}
+		return fmt.Errorf("write DeployRun %s status: %w", run.Name, err)
+	}
+	return nil
+}
+
+// instanceLabel is instance as a label value: MysqlDatabase names are DNS
+// names, so only one longer than 63 characters is cut to a digest.
+func instanceLabel(instance string) string {
+	if len(instance) <= 63 {
+		return instance
+	}
+	sum := sha256.Sum256([]byte(instance))
+	return "h-" + hex.EncodeToString(sum[:20])
+}

@@ -1,0 +1,151 @@
+package policy
+
+import (
+	"sort"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
+)
+
+// RunStatus is the DeployRun status of rec's operation at now, given the
+// status recorded so far (prev; zero when none). It is a projection of the
+// migration record, the one source of truth: running while the record is
+// live; once it has ended, the client's reported outcome or, without one,
+// the lease's end. The start is kept from prev: a re-grant continues the
+// run.
+//
+// A record read from a cache may be older than the status already written
+// by another writer; it never moves the run back: an ended run stays ended
+// unless the record is a later tenure (taken again after the run's end), a
+// reported outcome is never dropped, and the phase only moves forward.
+func RunStatus(prev v1.DeployRunStatus, rec *leases.Record, now time.Time) v1.DeployRunStatus {
+	if runBehind(prev, rec, now) {
+		return prev
+	}
+	phase := rec.Phase.Effective()
+	if p, ok := leases.ParsePhase(prev.Phase); ok && p.After(phase) {
+		phase = p
+	}
+	out := v1.DeployRunStatus{Phase: string(phase), StartTime: prev.StartTime}
+	if out.StartTime == nil {
+		out.StartTime = microTime(tenureStart(rec))
+	}
+	var end time.Time
+	switch {
+	case rec.Live(now):
+		out.Outcome = v1.DeployRunRunning
+		return out
+	case rec.State == leases.StateReleased:
+		out.LeaseEnd, end = v1.LeaseReleased, rec.EndedAt
+		if end.IsZero() {
+			end = rec.RenewedAt
+		}
+	case rec.State == leases.StateRevoked:
+		out.LeaseEnd, end = v1.LeaseRevoked, rec.RevokedAt
+		out.RevocationReason, out.RevokedAtGeneration = rec.Reason, rec.RevokedAtGeneration
+	default: // active past its expiry, or recorded expired
+		out.LeaseEnd, end = v1.LeaseExpired, rec.ExpiresAt
+	}
+	out.EndTime = microTime(end)
+	out.Outcome = v1.DeployRunOutcome(out.LeaseEnd)
+	if rec.Outcome != "" {
+		out.Outcome = v1.DeployRunOutcome(rec.Outcome)
+	}
+	return out
+}
+
+// runBehind tells whether rec is older than what prev records.
+func runBehind(prev v1.DeployRunStatus, rec *leases.Record, now time.Time) bool {
+	if prev.LeaseEnd == "" {
+		return false // running (or new): any record is as new
+	}
+	if rec.Live(now) {
+		return prev.EndTime != nil && !tenureStart(rec).After(prev.EndTime.Time)
+	}
+	_, reported := leases.ParseOutcome(string(prev.Outcome))
+	return reported && rec.Outcome == ""
+}
+
+// tenureStart is when rec's unbroken tenure of the mutex began.
+func tenureStart(rec *leases.Record) time.Time {
+	if rec.HeldSince.IsZero() {
+		return rec.GrantedAt
+	}
+	return rec.HeldSince
+}
+
+// RunLost is the status of a run still recorded running whose operation's
+// record was replaced (another operation took the lapsed mutex) before the
+// operator saw how it ended: it ended, at an unknown time, in an unknown
+// way. A run that already ended is returned unchanged.
+func RunLost(prev v1.DeployRunStatus) v1.DeployRunStatus {
+	if prev.Outcome != v1.DeployRunRunning && prev.Outcome != "" {
+		return prev
+	}
+	prev.Outcome, prev.LeaseEnd = v1.DeployRunUnknown, v1.LeaseUnknown
+	return prev
+}
+
+// RunDisplaced tells whether the run of operation op, recorded in st, was
+// displaced by current, the group's migration record: st still says
+// running, current is another operation's, and current's tenure began
+// after the run did. A cached current older than the run (the run's grant
+// not seen yet) displaces nothing.
+func RunDisplaced(op string, st v1.DeployRunStatus, current *leases.Record) bool {
+	return st.Outcome == v1.DeployRunRunning && current != nil && current.OperationID != op &&
+		st.StartTime != nil && st.StartTime.Before(&metav1.MicroTime{Time: tenureStart(current)})
+}
+
+// RunView is what pruning needs of a DeployRun.
+type RunView struct {
+	Name, Instance string
+	Start          time.Time
+	Running        bool
+}
+
+// RunsToPrune names the DeployRuns to delete so that at most history are
+// kept per instance: the oldest ended runs first (by start, then name). A
+// running run is never pruned, and counts toward the history.
+func RunsToPrune(runs []RunView, history int) []string {
+	if history < 1 {
+		history = 1
+	}
+	byInstance := map[string][]RunView{}
+	for _, r := range runs {
+		byInstance[r.Instance] = append(byInstance[r.Instance], r)
+	}
+	var out []string
+	for _, rs := range byInstance {
+		if len(rs) <= history {
+			continue
+		}
+		sort.Slice(rs, func(i, j int) bool {
+			if !rs[i].Start.Equal(rs[j].Start) {
+				return rs[i].Start.Before(rs[j].Start)
+			}
+			return rs[i].Name < rs[j].Name
+		})
+		excess := len(rs) - history
+		for _, r := range rs {
+			if excess == 0 {
+				break
+			}
+			if !r.Running {
+				out = append(out, r.Name)
+				excess--
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func microTime(t time.Time) *metav1.MicroTime {
+	if t.IsZero() {
+		return nil
+	}
+	return &metav1.MicroTime{Time: t.Truncate(time.Microsecond)} // what the API server stores
+}

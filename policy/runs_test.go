@@ -1,0 +1,175 @@
+package policy
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
+)
+
+func mt(t time.Time) *metav1.MicroTime { return &metav1.MicroTime{Time: t} }
+
+func TestRunStatus(t *testing.T) {
+	granted, live, past := t0.Add(-time.Minute), t0.Add(10*time.Second), t0.Add(-time.Second)
+	started := func(r *leases.Record) *leases.Record { r.GrantedAt, r.HeldSince = granted, granted; return r }
+	released := func(r *leases.Record, o leases.Outcome) *leases.Record {
+		r.EndedAt, r.Outcome = t0.Add(-2*time.Second), o
+		return r
+	}
+	revoked := func(r *leases.Record) *leases.Record {
+		r.Reason, r.RevokedAt, r.RevokedAtGeneration = leases.ReasonTopologyChanged, t0.Add(-3*time.Second), 8
+		return r
+	}
+	ended := v1.DeployRunStatus{Outcome: v1.DeployRunLostAfterDDL, Phase: "ddl", LeaseEnd: v1.LeaseRevoked,
+		StartTime: mt(granted), EndTime: mt(t0.Add(-3 * time.Second)), RevocationReason: leases.ReasonTopologyChanged, RevokedAtGeneration: 8}
+	tests := map[string]struct {
+		prev v1.DeployRunStatus
+		rec  *leases.Record
+		want v1.DeployRunStatus
+	}{
+		"a live mutex is a running run that started at its tenure": {
+			rec:  started(rec("a", leases.StateActive, 7, live)),
+			want: v1.DeployRunStatus{Outcome: v1.DeployRunRunning, Phase: "pre-ddl", StartTime: mt(granted)}},
+		"the DDL boundary shows while it runs": {
+			rec:  ddl(started(rec("a", leases.StateActive, 7, live))),
+			want: v1.DeployRunStatus{Outcome: v1.DeployRunRunning, Phase: "ddl", StartTime: mt(granted)}},
+		"a release reporting success is a succeeded run": {
+			rec: phased(released(started(rec("a", leases.StateReleased, 7, live)), leases.OutcomeSucceeded), leases.PhaseDone),
+			want: v1.DeployRunStatus{Outcome: v1.DeployRunSucceeded, Phase: "done", LeaseEnd: v1.LeaseReleased,
+				StartTime: mt(granted), EndTime: mt(t0.Add(-2 * time.Second))}},
+		"a release without a report is a released run": {
+			rec: released(started(rec("a", leases.StateReleased, 7, live)), ""),
+			want: v1.DeployRunStatus{Outcome: v1.DeployRunReleased, Phase: "pre-ddl", LeaseEnd: v1.LeaseReleased,
+				StartTime: mt(granted), EndTime: mt(t0.Add(-2 * time.Second))}},
+		"a move's revocation names the reason and the generation it wrote": {
+			rec: revoked(ddl(started(rec("a", leases.StateRevoked, 7, live)))),
+			want: v1.DeployRunStatus{Outcome: v1.DeployRunRevoked, Phase: "ddl", LeaseEnd: v1.LeaseRevoked,
+				StartTime: mt(granted), EndTime: mt(t0.Add(-3 * time.Second)), RevocationReason: leases.ReasonTopologyChanged, RevokedAtGeneration: 8}},
+		"a revoked run keeps the outcome its client reported after it": {
+			rec: func() *leases.Record {
+				r := revoked(ddl(started(rec("a", leases.StateRevoked, 7, live))))
+				r.Outcome = leases.OutcomeLostAfterDDL
+				return r
+			}(),
+			want: ended},
+		"a mutex past its expiry is an expired run, ended at the expiry": {
+			rec: started(rec("a", leases.StateActive, 7, past)),
+			want: v1.DeployRunStatus{Outcome: v1.DeployRunExpired, Phase: "pre-ddl", LeaseEnd: v1.LeaseExpired,
+				StartTime: mt(granted), EndTime: mt(past)}},
+		"a stale live record does not reopen an ended run": {
+			prev: ended, rec: ddl(started(rec("a", leases.StateActive, 7, live))), want: ended},
+		"a stale ended record does not drop a reported outcome": {
+			prev: ended, rec: revoked(ddl(started(rec("a", leases.StateRevoked, 7, live)))), want: ended},
+		"a stale record does not move the phase back": {
+			prev: v1.DeployRunStatus{Outcome: v1.DeployRunRunning, Phase: "ddl", StartTime: mt(granted)},
+			rec:  started(rec("a", leases.StateActive, 7, live)),
+			want: v1.DeployRunStatus{Outcome: v1.DeployRunRunning, Phase: "ddl", StartTime: mt(granted)}},
+		"a later tenure of the same operation runs again, from its first start": {
+			prev: v1.DeployRunStatus{Outcome: v1.DeployRunExpired, Phase: "pre-ddl", LeaseEnd: v1.LeaseExpired,
+				StartTime: mt(granted.Add(-time.Hour)), EndTime: mt(granted.Add(-time.Minute))},
+			rec:  started(rec("a", leases.StateActive, 7, live)),
+			want: v1.DeployRunStatus{Outcome: v1.DeployRunRunning, Phase: "pre-ddl", StartTime: mt(granted.Add(-time.Hour))}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := RunStatus(tc.prev, tc.rec, t0); !equality.Semantic.DeepEqual(got, tc.want) {
+				t.Fatalf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRunDisplaced(t *testing.T) {
+	granted := t0.Add(-time.Minute)
+	running := v1.DeployRunStatus{Outcome: v1.DeployRunRunning, StartTime: mt(granted)}
+	current := func(op string, since time.Time) *leases.Record {
+		r := rec(op, leases.StateActive, 7, t0.Add(time.Minute))
+		r.HeldSince = since
+		return r
+	}
+	tests := map[string]struct {
+		st      v1.DeployRunStatus
+		current *leases.Record
+		want    bool
+	}{
+		"another operation's later tenure displaced a running run":  {st: running, current: current("b", t0), want: true},
+		"the run's own record does not":                             {st: running, current: current("a", t0)},
+		"a record older than the run (a stale cache) does not":      {st: running, current: current("b", granted.Add(-time.Second))},
+		"no record displaces nothing":                               {st: running},
+		"an ended run is not displaced":                             {st: v1.DeployRunStatus{Outcome: v1.DeployRunSucceeded, StartTime: mt(granted)}, current: current("b", t0)},
+		"a run without a recorded start is left to its record sync": {st: v1.DeployRunStatus{Outcome: v1.DeployRunRunning}, current: current("b", t0)},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := RunDisplaced("a", tc.st, tc.current); got != tc.want {
+				t.Fatalf("RunDisplaced = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if got := RunLost(running); got.Outcome != v1.DeployRunUnknown || got.LeaseEnd != v1.LeaseUnknown || got.StartTime == nil {
+		t.Fatalf("RunLost(running) = %+v, want outcome and leaseEnd unknown, the start kept", got)
+	}
+}
+
+func TestRunsToPrune(t *testing.T) {
+	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+	tests := map[string]struct {
+		runs    []RunView
+		history int
+		want    []string
+	}{
+		"within the history nothing goes": {history: 2,
+			runs: []RunView{{Name: "a1", Instance: "a", Start: at(1)}, {Name: "a2", Instance: "a", Start: at(2)}}},
+		"the oldest ended runs go first": {history: 2, want: []string{"a1", "a2"},
+			runs: []RunView{{Name: "a3", Instance: "a", Start: at(3)}, {Name: "a1", Instance: "a", Start: at(1)},
+				{Name: "a4", Instance: "a", Start: at(4)}, {Name: "a2", Instance: "a", Start: at(2)}}},
+		"the history is per instance": {history: 1, want: []string{"a1"},
+			runs: []RunView{{Name: "a1", Instance: "a", Start: at(1)}, {Name: "a2", Instance: "a", Start: at(2)},
+				{Name: "b1", Instance: "b", Start: at(0)}}},
+		"a running run is never pruned, and counts": {history: 2, want: []string{"a2"},
+			runs: []RunView{{Name: "a1", Instance: "a", Start: at(1), Running: true}, {Name: "a2", Instance: "a", Start: at(2)},
+				{Name: "a3", Instance: "a", Start: at(3)}}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := RunsToPrune(tc.runs, tc.history); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("RunsToPrune = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecideReport(t *testing.T) {
+	live, past := t0.Add(10*time.Second), t0.Add(-time.Second)
+	reported := func(r *leases.Record) *leases.Record { r.Outcome = leases.OutcomeFailed; return r }
+	tests := map[string]struct {
+		rec     *leases.Record
+		token   string
+		outcome leases.Outcome
+		want    bool
+	}{
+		"a revoked record takes its client's report":    {rec: rec("a", leases.StateRevoked, 7, live), token: "tok-a", outcome: leases.OutcomeLostAfterDDL, want: true},
+		"an expired record takes it":                    {rec: rec("a", leases.StateActive, 7, past), token: "tok-a", outcome: leases.OutcomeLostBeforeDDL, want: true},
+		"another token's report is ignored":             {rec: rec("a", leases.StateRevoked, 7, live), token: "tok-b", outcome: leases.OutcomeSucceeded},
+		"the first report stands":                       {rec: reported(rec("a", leases.StateReleased, 7, live)), token: "tok-a", outcome: leases.OutcomeSucceeded},
+		"a live record is released, not reported here": {rec: rec("a", leases.StateActive, 7, live), token: "tok-a", outcome: leases.OutcomeSucceeded},
+		"no report writes nothing":                      {rec: rec("a", leases.StateRevoked, 7, live), token: "tok-a"},
+		"no record writes nothing":                      {token: "tok-a", outcome: leases.OutcomeFailed},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			next, ok := DecideReport(tc.rec, tc.token, tc.outcome, t0)
+			if ok != tc.want {
+				t.Fatalf("DecideReport = %v, want %v", ok, tc.want)
+			}
+			if ok && (next.Outcome != tc.outcome || next.State != tc.rec.State) {
+				t.Fatalf("next = %+v: want the outcome %s and the state unchanged", next, tc.outcome)
+			}
+		})
+	}
+}

@@ -1,0 +1,116 @@
+package webhook
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+)
+
+func TestOnlyTheOperatorWritesDeployRunsThroughTheAPIServer(t *testing.T) {
+	ctx := context.Background()
+	admin, _ := env.User(t, "alice@example.com", "system:masters")
+	operator, _ := env.User(t, operatorIdentity, "system:masters")
+	collector, _ := env.User(t, "system:serviceaccount:kube-system:generic-garbage-collector", "system:masters")
+	ns := env.Namespace(t)
+	run := func() *v1.DeployRun {
+		return &v1.DeployRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "playground-0123456789ab"},
+			Spec: v1.DeployRunSpec{GroupRef: v1.GroupReference{Name: "playground"}, Instance: "counter-app",
+				OperationID: "deploy-1", Caller: "system:serviceaccount:app:deploy", GrantGeneration: 3}}
+	}
+	refused := func(t *testing.T, err error, verb string) {
+		t.Helper()
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "may not "+verb+" a DeployRun") ||
+			!strings.Contains(err.Error(), "written by the operator only") {
+			t.Fatalf("err = %v, want Invalid naming who may %s it", err, verb)
+		}
+	}
+
+	if err := admin.Create(ctx, run()); err != nil {
+		refused(t, err, "create")
+	} else {
+		t.Fatal("an administrator created a DeployRun")
+	}
+	r := run()
+	if err := operator.Create(ctx, r); err != nil {
+		t.Fatalf("the operator's create: %v", err)
+	}
+	r.Status = v1.DeployRunStatus{Outcome: v1.DeployRunRunning, Phase: "pre-ddl"}
+	if err := operator.Status().Update(ctx, r); err != nil {
+		t.Fatalf("the operator's status write: %v", err)
+	}
+
+	t.Run("a person's status edit is refused and changes nothing", func(t *testing.T) {
+		err := admin.Status().Patch(ctx, r.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"status":{"outcome":"succeeded"}}`)))
+		refused(t, err, "change")
+		err = admin.Patch(ctx, r.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"instance":"other"}}`)))
+		refused(t, err, "change")
+		got := &v1.DeployRun{}
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(r), got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Outcome != v1.DeployRunRunning || got.Spec.Instance != "counter-app" {
+			t.Fatalf("the run changed: %+v", got)
+		}
+	})
+	t.Run("a person's delete is refused", func(t *testing.T) {
+		refused(t, admin.Delete(ctx, r.DeepCopy()), "delete")
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(r), &v1.DeployRun{}); err != nil {
+			t.Fatalf("the run is gone: %v", err)
+		}
+	})
+	t.Run("the garbage collector may orphan and delete, not write status", func(t *testing.T) {
+		err := collector.Status().Patch(ctx, r.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"status":{"outcome":"succeeded"}}`)))
+		refused(t, err, "change")
+		if err := collector.Patch(ctx, r.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"ownerReferences":null}}`))); err != nil {
+			t.Fatalf("the garbage collector's orphaning: %v", err)
+		}
+		if err := collector.Delete(ctx, r.DeepCopy()); err != nil {
+			t.Fatalf("the garbage collector's delete: %v", err)
+		}
+	})
+	t.Run("the operator may delete", func(t *testing.T) {
+		r2 := run()
+		r2.Name = "playground-ba9876543210"
+		if err := operator.Create(ctx, r2); err != nil {
+			t.Fatal(err)
+		}
+		if err := operator.Delete(ctx, r2); err != nil {
+			t.Fatalf("the operator's delete: %v", err)
+		}
+	})
+}
+
+func TestValidateRunWriter(t *testing.T) {
+	tests := map[string]struct {
+		op, sub, user string
+		allowed       bool
+	}{
+		"the operator creates":                       {op: "CREATE", user: operatorIdentity, allowed: true},
+		"the operator deletes":                       {op: "DELETE", user: operatorIdentity, allowed: true},
+		"a person may not create":                    {op: "CREATE", user: "alice"},
+		"a person may not delete":                    {op: "DELETE", user: "alice"},
+		"the namespace controller deletes":           {op: "DELETE", user: "system:serviceaccount:kube-system:namespace-controller", allowed: true},
+		"kube-controller-manager deletes":            {op: "DELETE", user: "system:kube-controller-manager", allowed: true},
+		"the garbage collector may not write status": {op: "UPDATE", sub: "status", user: "system:serviceaccount:kube-system:generic-garbage-collector"},
+		"the garbage collector orphans":              {op: "UPDATE", user: "system:serviceaccount:kube-system:generic-garbage-collector", allowed: true},
+		"the garbage collector may not create":       {op: "CREATE", user: "system:serviceaccount:kube-system:generic-garbage-collector"},
+		"a pipeline's service account may not write": {op: "UPDATE", user: "system:serviceaccount:app:deploy"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if errs := ValidateRunWriter(tc.op, tc.sub, tc.user, operatorIdentity); (len(errs) == 0) != tc.allowed {
+				t.Fatalf("errs = %v, want allowed %v", errs, tc.allowed)
+			}
+		})
+	}
+	if errs := ValidateRunWriter("CREATE", "", "", ""); len(errs) == 0 {
+		t.Fatal("without an operator identity configured, an anonymous user may create")
+	}
+}
