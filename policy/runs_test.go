@@ -153,13 +153,13 @@ func TestDecideReport(t *testing.T) {
 		outcome leases.Outcome
 		want    bool
 	}{
-		"a revoked record takes its client's report":    {rec: rec("a", leases.StateRevoked, 7, live), token: "tok-a", outcome: leases.OutcomeLostAfterDDL, want: true},
-		"an expired record takes it":                    {rec: rec("a", leases.StateActive, 7, past), token: "tok-a", outcome: leases.OutcomeLostBeforeDDL, want: true},
-		"another token's report is ignored":             {rec: rec("a", leases.StateRevoked, 7, live), token: "tok-b", outcome: leases.OutcomeSucceeded},
-		"the first report stands":                       {rec: reported(rec("a", leases.StateReleased, 7, live)), token: "tok-a", outcome: leases.OutcomeSucceeded},
+		"a revoked record takes its client's report":   {rec: rec("a", leases.StateRevoked, 7, live), token: "tok-a", outcome: leases.OutcomeLostAfterDDL, want: true},
+		"an expired record takes it":                   {rec: rec("a", leases.StateActive, 7, past), token: "tok-a", outcome: leases.OutcomeLostBeforeDDL, want: true},
+		"another token's report is ignored":            {rec: rec("a", leases.StateRevoked, 7, live), token: "tok-b", outcome: leases.OutcomeSucceeded},
+		"the first report stands":                      {rec: reported(rec("a", leases.StateReleased, 7, live)), token: "tok-a", outcome: leases.OutcomeSucceeded},
 		"a live record is released, not reported here": {rec: rec("a", leases.StateActive, 7, live), token: "tok-a", outcome: leases.OutcomeSucceeded},
-		"no report writes nothing":                      {rec: rec("a", leases.StateRevoked, 7, live), token: "tok-a"},
-		"no record writes nothing":                      {token: "tok-a", outcome: leases.OutcomeFailed},
+		"no report writes nothing":                     {rec: rec("a", leases.StateRevoked, 7, live), token: "tok-a"},
+		"no record writes nothing":                     {token: "tok-a", outcome: leases.OutcomeFailed},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
