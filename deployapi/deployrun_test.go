@@ -16,7 +16,7 @@ import (
 func (f *fixture) run(op string) *v1.DeployRun {
 	f.t.Helper()
 	r := &v1.DeployRun{}
-	if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.groupNS, Name: deployrun.Name("playground", op)}, r); err != nil {
+	if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.groupNS, Name: deployrun.Name(f.group, op)}, r); err != nil {
 		f.t.Fatalf("the DeployRun of %s: %v", op, err)
 	}
 	return r

@@ -25,17 +25,18 @@ const (
 	LabelInstance = "bloodraven.shipstream.io/instance"
 )
 
-// Name is the name of the DeployRun of operationID in group: the group's
-// name and a digest of the operation ID (operation IDs need not be valid
-// object names).
-func Name(group, operationID string) string {
-	sum := sha256.Sum256([]byte(operationID))
+// Name is the name of the DeployRun of operationID in g: the group's name
+// and a digest of its UID and the operation ID (operation IDs need not be
+// valid object names, and a group re-created under the same name starts a
+// history of its own, even where no garbage collector removed the old one).
+func Name(g *v1.MysqlFailoverGroup, operationID string) string {
+	sum := sha256.Sum256([]byte(string(g.UID) + "/" + operationID))
 	suffix := "-" + hex.EncodeToString(sum[:6])
-	if len(group)+len(suffix) <= 253 {
-		return group + suffix
+	if len(g.Name)+len(suffix) <= 253 {
+		return g.Name + suffix
 	}
-	g := sha256.Sum256([]byte(group))
-	return "run-" + hex.EncodeToString(g[:10]) + suffix
+	n := sha256.Sum256([]byte(g.Name))
+	return "run-" + hex.EncodeToString(n[:10]) + suffix
 }
 
 // Sync makes the DeployRun of rec's operation in g match rec at now: it
@@ -48,7 +49,7 @@ func Sync(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlF
 		return nil
 	}
 	run := &v1.DeployRun{}
-	err := read.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: Name(g.Name, rec.OperationID)}, run)
+	err := read.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: Name(g, rec.OperationID)}, run)
 	switch {
 	case apierrors.IsNotFound(err):
 		run, err = create(ctx, w, g, rec)
@@ -143,7 +144,7 @@ func ownedBy(r *v1.DeployRun, g *v1.MysqlFailoverGroup) bool {
 func create(ctx context.Context, w client.Client, g *v1.MysqlFailoverGroup, rec *leases.Record) (*v1.DeployRun, error) {
 	run := &v1.DeployRun{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: g.Namespace, Name: Name(g.Name, rec.OperationID),
+			Namespace: g.Namespace, Name: Name(g, rec.OperationID),
 			Labels: map[string]string{
 				leasestore.LabelManagedBy: leasestore.ManagedByValue,
 				LabelGroup:                leases.GroupLabelValue(g.Name),

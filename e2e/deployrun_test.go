@@ -1,16 +1,23 @@
 package e2e
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/devenv"
+	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
 // The primary's mariadbd dies while `bloodraven deploy run` holds the mutex
@@ -24,7 +31,9 @@ import (
 // SchemaVerificationRequired naming the run's operation; a second run
 // exits 8 naming verification_required and starts no command; a person
 // sets the schema-verified annotation, the operator opens the gate
-// (SchemaVerified) and a third run succeeds.
+// (SchemaVerified) and a third run succeeds. The DeployRuns record the first
+// (lost-after-ddl, revoked from generation 1 to 2) and the third
+// (succeeded); the refused second left none.
 func TestEmergencyFailoverDuringDeployRun(t *testing.T) {
 	p, cfg := upPlayground(t)
 	admin, key, g := bootstrappedWithBudget(t, p, 5)
@@ -99,4 +108,104 @@ func TestEmergencyFailoverDuringDeployRun(t *testing.T) {
 	}
 	// It confirmed its end: nothing gates the instance.
 	expectNotGated(t, p, admin, cfg.TLSAddr, "a run that confirmed its end")
+
+	// The DeployRuns list the granted runs with their outcomes: the first
+	// lost after its DDL, revoked by the move from generation 1 to 2; the
+	// third succeeded at 2. The second was refused before any grant and
+	// left none (DESIGN §5: only granted operations leave one).
+	o1, o3 := outcomeOf(t, run), outcomeOf(t, run3)
+	want := map[string]runWant{
+		o1.OperationID: {outcome: "lost-after-ddl", phase: "ddl", leaseEnd: "revoked", reason: "topology_changed", granted: 1, revokedAt: 2},
+		o3.OperationID: {outcome: "succeeded", phase: "done", leaseEnd: "released", granted: 2},
+	}
+	runs := waitRuns(t, admin, want)
+	for _, r := range runs {
+		if _, ok := want[r.Spec.OperationID]; !ok && !strings.HasPrefix(r.Spec.OperationID, "gate-probe-") {
+			t.Fatalf("a DeployRun of %s (%s): only granted runs leave one", r.Spec.OperationID, r.Status.Outcome)
+		}
+	}
+	out := kubectlGetRuns(t, p)
+	t.Logf("kubectl get deployruns:\n%s", out)
+	for _, col := range []string{"INSTANCE", "OPERATION", "OUTCOME", "PHASE", "GENERATION", "AGE", o1.OperationID, "lost-after-ddl", "succeeded"} {
+		if !strings.Contains(out, col) {
+			t.Fatalf("kubectl get deployruns does not show %q:\n%s", col, out)
+		}
+	}
+	// A person may read them, not rewrite history.
+	r := runs[0].DeepCopy()
+	if err := admin.Delete(context.Background(), r); err == nil || !strings.Contains(err.Error(), "written by the operator only") {
+		t.Fatalf("an administrator's delete of a DeployRun: %v, want it refused", err)
+	}
+}
+
+// runOutcome is what `bloodraven deploy run --outcome-file` wrote.
+type runOutcome struct {
+	OperationID string `json:"operationId"`
+	Outcome     string `json:"outcome"`
+}
+
+func outcomeOf(t *testing.T, r *e2etest.DeployRun) runOutcome {
+	t.Helper()
+	b, err := os.ReadFile(r.Outcome)
+	if err != nil {
+		t.Fatalf("the run's outcome file: %v", err)
+	}
+	var o runOutcome
+	if err := json.Unmarshal(b, &o); err != nil || o.OperationID == "" {
+		t.Fatalf("outcome file %s: %v", b, err)
+	}
+	return o
+}
+
+// runWant is what a DeployRun must say.
+type runWant struct {
+	outcome, phase, leaseEnd, reason string
+	granted, revokedAt               int64
+}
+
+func (w runWant) matches(r *v1.DeployRun) bool {
+	return string(r.Status.Outcome) == w.outcome && r.Status.Phase == w.phase && string(r.Status.LeaseEnd) == w.leaseEnd &&
+		r.Status.RevocationReason == w.reason && r.Spec.GrantGeneration == w.granted && r.Status.RevokedAtGeneration == w.revokedAt &&
+		r.Spec.Instance == devenv.DatabaseName && r.Status.StartTime != nil && r.Status.EndTime != nil
+}
+
+// waitRuns waits until the playground's DeployRuns include one per
+// operation of want, each as want says, and returns them all.
+func waitRuns(t *testing.T, admin client.Client, want map[string]runWant) []v1.DeployRun {
+	t.Helper()
+	var list v1.DeployRunList
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if err := admin.List(context.Background(), &list, client.InNamespace(devenv.PlaygroundNamespace)); err != nil {
+			t.Fatal(err)
+		}
+		ok := 0
+		for i := range list.Items {
+			if w, found := want[list.Items[i].Spec.OperationID]; found && w.matches(&list.Items[i]) {
+				ok++
+			}
+		}
+		if ok == len(want) {
+			return list.Items
+		}
+		if time.Now().After(deadline) {
+			for _, r := range list.Items {
+				t.Logf("DeployRun %s: %+v %+v", r.Name, r.Spec, r.Status)
+			}
+			t.Fatalf("the DeployRuns never matched %+v", want)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// kubectlGetRuns is `kubectl get deployruns` in the playground's namespace,
+// as the administrator.
+func kubectlGetRuns(t *testing.T, p *devenv.Playground) string {
+	t.Helper()
+	out, err := exec.CommandContext(context.Background(), filepath.Join(testenv.RepoRoot(), "bin", "kubectl"),
+		"--kubeconfig", p.Paths.Kubeconfig, "-n", devenv.PlaygroundNamespace, "get", "deployruns").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl get deployruns: %v\n%s", err, out)
+	}
+	return string(out)
 }

@@ -27,6 +27,9 @@ import (
 //     through the lease's expiry, with no release and no grant asking;
 //   - a run that confirmed its end (exit 0) does not.
 //
+// Each run leaves a DeployRun with its outcome (failed, expired, succeeded)
+// and the DDL boundary it reached.
+//
 // Each gate is opened again with the schema-verified annotation, once
 // through `kubectl bloodraven verify`.
 func TestTheGateClosesHoweverARunEndsPastItsDDLBoundary(t *testing.T) {
@@ -96,5 +99,13 @@ func TestTheGateClosesHoweverARunEndsPastItsDDLBoundary(t *testing.T) {
 		run := start("succeeds", 30, "sh", "-c", `"$0" deploy mark-ddl`, cfg.OperatorBinary)
 		run.WaitExit(t, 60*time.Second, 0, "succeeded", "succeeded")
 		notGated("a run that confirmed its end")
+	})
+	// Every run left a DeployRun saying how it ended: the client's report
+	// where it released, the lease's expiry where it was killed.
+	waitRuns(t, admin, map[string]runWant{
+		"fails-after-ddl":  {outcome: "failed", phase: "ddl", leaseEnd: "released", granted: 1},
+		"fails-before-ddl": {outcome: "failed", phase: "pre-ddl", leaseEnd: "released", granted: 1},
+		"killed-after-ddl": {outcome: "expired", phase: "ddl", leaseEnd: "expired", granted: 1},
+		"succeeds":         {outcome: "succeeded", phase: "done", leaseEnd: "released", granted: 1},
 	})
 }

@@ -1,0 +1,121 @@
+package controllers
+
+import (
+	"net/http"
+	"sort"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/deployrun"
+)
+
+func (f *fixture) runOf(op string) *v1.DeployRun {
+	f.t.Helper()
+	r := &v1.DeployRun{}
+	if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: deployrun.Name(f.group, op)}, r); err != nil {
+		f.t.Fatalf("the DeployRun of %s: %v", op, err)
+	}
+	return r
+}
+
+func (f *fixture) runOps() []string {
+	f.t.Helper()
+	var list v1.DeployRunList
+	if err := env.Client.List(f.ctx, &list, client.InNamespace(f.ns)); err != nil {
+		f.t.Fatal(err)
+	}
+	var ops []string
+	for _, r := range list.Items {
+		ops = append(ops, r.Spec.OperationID)
+	}
+	sort.Strings(ops)
+	return ops
+}
+
+func TestBookkeepingWritesTheRunTheAPIDidNotAndRecordsItsEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		end     func(f *fixture)
+		outcome v1.DeployRunOutcome
+		reason  string
+	}{
+		{"its lease expires", func(f *fixture) { f.clock.Step(31 * time.Second) }, v1.DeployRunExpired, ""},
+		{"the operator revokes it", func(f *fixture) {
+			f.patchSpec(func(g *v1.MysqlFailoverGroup) {
+				metav1.SetMetaDataAnnotation(&g.ObjectMeta, v1.RevokeDeploymentLeasesAnnotation, "")
+			})
+		}, v1.DeployRunRevoked, "operator_revoked"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, true)
+			f.settle()
+			f.ddlLease("op-1", 30)
+			// The deployment API's write is lost (as if the API server had
+			// refused it): the bookkeeping writes the run from the record.
+			if err := env.Client.Delete(f.ctx, f.runOf("op-1")); err != nil {
+				t.Fatal(err)
+			}
+			f.reconcile()
+			if r := f.runOf("op-1"); r.Status.Outcome != v1.DeployRunRunning || r.Status.Phase != "ddl" || r.Spec.GrantGeneration != 1 {
+				t.Fatalf("run after bookkeeping: %+v %+v", r.Spec, r.Status)
+			}
+			tc.end(f)
+			f.reconcile()
+			r := f.runOf("op-1")
+			if r.Status.Outcome != tc.outcome || r.Status.Phase != "ddl" || r.Status.RevocationReason != tc.reason || r.Status.EndTime == nil {
+				t.Fatalf("run after its end: %+v", r.Status)
+			}
+		})
+	}
+}
+
+func TestBookkeepingKeepsTheHistoryPerInstance(t *testing.T) {
+	f := newFixture(t, true)
+	f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.DeployRunHistory = 2 })
+	f.settle()
+	for _, op := range []string{"op-1", "op-2", "op-3", "op-4"} {
+		token, _ := f.grant("migration", op, 30)
+		if r := f.call(http.MethodDelete, "/leases/migration/"+op, nil, "X-Lease-Token", token, "X-Deploy-Outcome", "succeeded"); r.status != http.StatusNoContent {
+			t.Fatalf("release %s: %d %v", op, r.status, r.body)
+		}
+		f.clock.Step(time.Second)
+	}
+	f.grant("migration", "op-5", 30)
+	f.reconcile()
+	// op-5 runs, and counts: the history keeps it and the newest ended run.
+	if got := f.runOps(); len(got) != 2 || got[0] != "op-4" || got[1] != "op-5" {
+		t.Fatalf("runs kept: %v, want op-4 and op-5", got)
+	}
+	if r := f.runOf("op-4"); r.Status.Outcome != v1.DeployRunSucceeded {
+		t.Fatalf("op-4: %+v", r.Status)
+	}
+}
+
+func TestARunWhoseRecordWasReplacedUnseenEndsUnknown(t *testing.T) {
+	f := newFixture(t, true)
+	f.settle()
+	f.grant("migration", "op-1", 30)
+	start := f.runOf("op-1").Status.StartTime
+	f.clock.Step(31 * time.Second)
+	f.grant("migration", "op-2", 30) // the API records op-1's end first
+	if r := f.runOf("op-1"); r.Status.Outcome != v1.DeployRunExpired {
+		t.Fatalf("op-1 after the take-over: %+v", r.Status)
+	}
+	// As if that write had been lost: op-1 still says running.
+	r := f.runOf("op-1")
+	r.Status = v1.DeployRunStatus{Outcome: v1.DeployRunRunning, Phase: "pre-ddl", StartTime: start}
+	if err := env.Client.Status().Update(f.ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile()
+	if r := f.runOf("op-1"); r.Status.Outcome != v1.DeployRunUnknown || r.Status.LeaseEnd != v1.LeaseUnknown {
+		t.Fatalf("op-1, displaced unseen: %+v", r.Status)
+	}
+	if r := f.runOf("op-2"); r.Status.Outcome != v1.DeployRunRunning {
+		t.Fatalf("op-2: %+v", r.Status)
+	}
+}
