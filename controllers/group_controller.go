@@ -330,6 +330,12 @@ func (r *GroupReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if workers <= 0 {
 		workers = DefaultWorkers
 	}
+	// The bookkeeping reads DeployRuns from the cache: their informer starts
+	// with the manager, whose start fails (missing CRD or RBAC) instead of
+	// a reconcile waiting for an informer that never syncs.
+	if _, err := mgr.GetCache().GetInformer(context.Background(), &v1.DeployRun{}); err != nil {
+		return fmt.Errorf("DeployRun informer: %w", err)
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1.MysqlFailoverGroup{}, builder.WithPredicates(notStatusOnly())).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(leaseOwner),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -131,6 +132,11 @@ func migrationOf(objOf map[*leases.Record]*leasestore.Object) *leases.Record {
 	return nil
 }
 
+// runListTimeout bounds the cached read of the group's DeployRuns, so a
+// cache that cannot sync (RBAC taken away) slows the bookkeeping and never
+// holds a reconcile.
+const runListTimeout = 5 * time.Second
+
 // syncRuns keeps the group's DeployRuns (deployrun) in step with m, its
 // migration record (nil: none): the run of m's operation is written when
 // missing or behind, runs m displaced are recorded ended, and the history
@@ -140,7 +146,9 @@ func (r *GroupReconciler) syncRuns(ctx context.Context, g *v1.MysqlFailoverGroup
 	if !m.BelongsTo(string(g.UID)) {
 		m = nil
 	}
-	runs, err := deployrun.List(ctx, r.Client, g)
+	lctx, cancel := context.WithTimeout(ctx, runListTimeout)
+	defer cancel()
+	runs, err := deployrun.List(lctx, r.Client, g)
 	if err != nil {
 		return err
 	}
