@@ -114,3 +114,33 @@ func TestValidateRunWriter(t *testing.T) {
 		t.Fatal("without an operator identity configured, an anonymous user may create")
 	}
 }
+
+func TestOnlyTheOperatorWritesADatabasesStatusThroughTheAPIServer(t *testing.T) {
+	ctx := context.Background()
+	admin, _ := env.User(t, "alice@example.com", "system:masters")
+	operator, _ := env.User(t, operatorIdentity, "system:masters")
+	ns := env.Namespace(t)
+	db := &v1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "counter-app"},
+		Spec: v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: "playground"}, DatabaseName: "counter"}}
+	if err := admin.Create(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	// The operator closes the gate.
+	db.Status.PendingVerification = &v1.SchemaVerification{OperationID: "op-1", TopologyGeneration: 1, Ended: "revoked", Since: metav1.Now()}
+	if err := operator.Status().Update(ctx, db); err != nil {
+		t.Fatalf("the operator's status write: %v", err)
+	}
+	// A person clearing it by hand is refused, and told what to do.
+	err := admin.Status().Patch(ctx, db.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"status":{"pendingVerification":null}}`)))
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), v1.SchemaVerifiedAnnotation+"=<operationId>") {
+		t.Fatalf("err = %v, want Invalid naming the annotation", err)
+	}
+	got := &v1.MysqlDatabase{}
+	if err := admin.Get(ctx, client.ObjectKeyFromObject(db), got); err != nil || got.Status.PendingVerification == nil {
+		t.Fatalf("the gate changed: %+v %v", got.Status, err)
+	}
+	// A write that changes nothing is allowed for everyone.
+	if err := admin.Status().Update(ctx, got); err != nil {
+		t.Fatalf("a no-op status write: %v", err)
+	}
+}

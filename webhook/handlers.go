@@ -17,15 +17,17 @@ import (
 
 // Paths of the webhooks on the TLS listener; the markers below must match.
 const (
-	GroupPath       = "/validate-bloodraven-shipstream-io-v1alpha1-mysqlfailovergroup"
-	GroupStatusPath = "/validate-bloodraven-shipstream-io-v1alpha1-mysqlfailovergroup-status"
-	DatabasePath    = "/validate-bloodraven-shipstream-io-v1alpha1-mysqldatabase"
-	DeployRunPath   = "/validate-bloodraven-shipstream-io-v1alpha1-deployrun"
+	GroupPath          = "/validate-bloodraven-shipstream-io-v1alpha1-mysqlfailovergroup"
+	GroupStatusPath    = "/validate-bloodraven-shipstream-io-v1alpha1-mysqlfailovergroup-status"
+	DatabasePath       = "/validate-bloodraven-shipstream-io-v1alpha1-mysqldatabase"
+	DeployRunPath      = "/validate-bloodraven-shipstream-io-v1alpha1-deployrun"
+	DatabaseStatusPath = "/validate-bloodraven-shipstream-io-v1alpha1-mysqldatabase-status"
 )
 
 // +kubebuilder:webhook:path=/validate-bloodraven-shipstream-io-v1alpha1-mysqlfailovergroup,mutating=false,failurePolicy=fail,sideEffects=None,groups=bloodraven.shipstream.io,resources=mysqlfailovergroups,verbs=create;update,versions=v1alpha1,name=spec.mysqlfailovergroups.bloodraven.shipstream.io,admissionReviewVersions=v1,timeoutSeconds=5
 // +kubebuilder:webhook:path=/validate-bloodraven-shipstream-io-v1alpha1-mysqlfailovergroup-status,mutating=false,failurePolicy=fail,sideEffects=None,groups=bloodraven.shipstream.io,resources=mysqlfailovergroups/status,verbs=update,versions=v1alpha1,name=status.mysqlfailovergroups.bloodraven.shipstream.io,admissionReviewVersions=v1,timeoutSeconds=5
 // +kubebuilder:webhook:path=/validate-bloodraven-shipstream-io-v1alpha1-mysqldatabase,mutating=false,failurePolicy=fail,sideEffects=None,groups=bloodraven.shipstream.io,resources=mysqldatabases,verbs=create;update,versions=v1alpha1,name=mysqldatabases.bloodraven.shipstream.io,admissionReviewVersions=v1,timeoutSeconds=5
+// +kubebuilder:webhook:path=/validate-bloodraven-shipstream-io-v1alpha1-mysqldatabase-status,mutating=false,failurePolicy=fail,sideEffects=None,groups=bloodraven.shipstream.io,resources=mysqldatabases/status,verbs=update,versions=v1alpha1,name=status.mysqldatabases.bloodraven.shipstream.io,admissionReviewVersions=v1,timeoutSeconds=5
 // +kubebuilder:webhook:path=/validate-bloodraven-shipstream-io-v1alpha1-deployrun,mutating=false,failurePolicy=fail,sideEffects=None,groups=bloodraven.shipstream.io,resources=deployruns;deployruns/status,verbs=create;update;delete,versions=v1alpha1,name=deployruns.bloodraven.shipstream.io,admissionReviewVersions=v1,timeoutSeconds=5
 
 // Register mounts the webhooks on srv. operatorIdentity is the user name the
@@ -35,6 +37,7 @@ func Register(srv webhook.Server, scheme *runtime.Scheme, operatorIdentity strin
 	srv.Register(GroupPath, &webhook.Admission{Handler: &groupSpecHandler{dec: dec}})
 	srv.Register(GroupStatusPath, &webhook.Admission{Handler: &statusHandler{dec: dec, operator: operatorIdentity}})
 	srv.Register(DatabasePath, &webhook.Admission{Handler: &databaseHandler{dec: dec}})
+	srv.Register(DatabaseStatusPath, &webhook.Admission{Handler: &databaseStatusHandler{dec: dec, operator: operatorIdentity}})
 	srv.Register(DeployRunPath, &webhook.Admission{Handler: &deployRunHandler{operator: operatorIdentity}})
 }
 
@@ -108,4 +111,27 @@ type deployRunHandler struct{ operator string }
 
 func (h *deployRunHandler) Handle(_ context.Context, req admission.Request) admission.Response {
 	return verdict(runKind, req.Name, ValidateRunWriter(string(req.Operation), req.SubResource, req.UserInfo.Username, h.operator))
+}
+
+// databaseStatusHandler guards mysqldatabases/status: the conditions and the
+// schema-verification gate are the operator's alone; a person opens the
+// gate with the schema-verified annotation (ValidateDatabaseStatusChange).
+type databaseStatusHandler struct {
+	dec      admission.Decoder
+	operator string
+}
+
+func (h *databaseStatusHandler) Handle(_ context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
+	newDB, oldDB := &v1.MysqlDatabase{}, &v1.MysqlDatabase{}
+	if err := h.dec.DecodeRaw(req.Object, newDB); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if err := h.dec.DecodeRaw(req.OldObject, oldDB); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	isOperator := h.operator != "" && req.UserInfo.Username == h.operator
+	return verdict(databaseKind, newDB.Name, ValidateDatabaseStatusChange(oldDB, newDB, isOperator))
 }

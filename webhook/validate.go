@@ -263,3 +263,20 @@ func ValidateRunWriter(operation, subresource, user, operator string) field.Erro
 	return field.ErrorList{field.Forbidden(field.NewPath("metadata"),
 		fmt.Sprintf("%s may not %s a DeployRun: %s", user, verb, RunAdvice))}
 }
+
+// DatabaseStatusAdvice is what a refused edit of a database's status tells
+// the user to do instead.
+const DatabaseStatusAdvice = "only the operator may change a database's status: to open the schema-verification gate once the schema is checked, " +
+	"annotate the MysqlDatabase " + v1.SchemaVerifiedAnnotation + "=<operationId> (or run kubectl bloodraven verify DATABASE OPERATION)"
+
+// ValidateDatabaseStatusChange checks an update of a database's status:
+// anyone but the operator may change nothing (an edit that changes nothing
+// is allowed for everyone). Clearing status.pendingVerification by hand
+// would open the gate without the record and the Event the annotation
+// leaves.
+func ValidateDatabaseStatusChange(oldDB, newDB *v1.MysqlDatabase, isOperator bool) field.ErrorList {
+	if isOperator || equality.Semantic.DeepEqual(&oldDB.Status, &newDB.Status) {
+		return nil
+	}
+	return field.ErrorList{field.Forbidden(statusPath, DatabaseStatusAdvice)}
+}
