@@ -11,12 +11,13 @@ import (
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployrun"
+	"github.com/shipstream/bloodraven/policy"
 )
 
 func (f *fixture) runOf(op string) *v1.DeployRun {
 	f.t.Helper()
 	r := &v1.DeployRun{}
-	if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: deployrun.Name(f.group, op)}, r); err != nil {
+	if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: deployrun.Name(f.group, "counter-app", op)}, r); err != nil {
 		f.t.Fatalf("the DeployRun of %s: %v", op, err)
 	}
 	return r
@@ -43,7 +44,7 @@ func TestBookkeepingWritesTheRunTheAPIDidNotAndRecordsItsEnd(t *testing.T) {
 		outcome v1.DeployRunOutcome
 		reason  string
 	}{
-		{"its lease expires", func(f *fixture) { f.clock.Step(31 * time.Second) }, v1.DeployRunExpired, ""},
+		{"its lease expires", func(f *fixture) { f.clock.Step(21 * time.Second) }, v1.DeployRunExpired, ""},
 		{"the operator revokes it", func(f *fixture) {
 			f.patchSpec(func(g *v1.MysqlFailoverGroup) {
 				metav1.SetMetaDataAnnotation(&g.ObjectMeta, v1.RevokeDeploymentLeasesAnnotation, "")
@@ -59,6 +60,13 @@ func TestBookkeepingWritesTheRunTheAPIDidNotAndRecordsItsEnd(t *testing.T) {
 			if err := env.Client.Delete(f.ctx, f.runOf("op-1")); err != nil {
 				t.Fatal(err)
 			}
+			// Not while the record is younger than a grant's confirmation:
+			// it may be a grant about to be withdrawn.
+			f.reconcile()
+			if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: deployrun.Name(f.group, "counter-app", "op-1")}, &v1.DeployRun{}); err == nil {
+				t.Fatal("the bookkeeping wrote a run for a record younger than a grant's confirmation")
+			}
+			f.clock.Step(policy.RunBackstopDelay)
 			f.reconcile()
 			if r := f.runOf("op-1"); r.Status.Outcome != v1.DeployRunRunning || r.Status.Phase != "ddl" || r.Spec.GrantGeneration != 1 {
 				t.Fatalf("run after bookkeeping: %+v %+v", r.Spec, r.Status)

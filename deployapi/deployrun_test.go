@@ -16,7 +16,7 @@ import (
 func (f *fixture) run(op string) *v1.DeployRun {
 	f.t.Helper()
 	r := &v1.DeployRun{}
-	if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.groupNS, Name: deployrun.Name(f.group, op)}, r); err != nil {
+	if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.groupNS, Name: deployrun.Name(f.group, "counter-app", op)}, r); err != nil {
 		f.t.Fatalf("the DeployRun of %s: %v", op, err)
 	}
 	return r
@@ -129,4 +129,52 @@ func TestABadOutcomeHeaderIsRefusedAndChangesNothing(t *testing.T) {
 	}
 	// Both leases are still live.
 	f.renewPhase("op-1", g.str("token"), "pre-ddl")
+}
+
+func TestAReportAfterAnotherOperationTookTheMutexGoesToTheRun(t *testing.T) {
+	f := newFixture(t)
+	g := f.grant("migration", "op-1", http.StatusCreated)
+	f.move(2)
+	// op-2 takes the mutex: op-1 is revoked first (its tombstone keeps its
+	// token's hash), then its record is replaced.
+	f.grant("migration", "op-2", http.StatusCreated)
+	expectRun(t, f.run("op-1"), v1.DeployRunRevoked, "pre-ddl", v1.LeaseRevoked)
+
+	// A token that is not op-1's reports nothing.
+	other := f.grant("failover-hold", "op-2", http.StatusCreated)
+	f.do(http.MethodDelete, leasePath("migration", "op-1"), f.token, nil, "X-Lease-Token", other.str("token"), "X-Deploy-Outcome", "succeeded")
+	expectRun(t, f.run("op-1"), v1.DeployRunRevoked, "pre-ddl", v1.LeaseRevoked)
+
+	// op-1's client, done with its fenced abort, reports it.
+	if rr := f.do(http.MethodDelete, leasePath("migration", "op-1"), f.token, nil, "X-Lease-Token", g.str("token"),
+		"X-Deploy-Outcome", "abort-failed"); rr.status != http.StatusNoContent {
+		t.Fatalf("release: %d %s", rr.status, rr.raw)
+	}
+	r := f.run("op-1")
+	expectRun(t, r, v1.DeployRunAbortFailed, "pre-ddl", v1.LeaseRevoked)
+	if r.Status.RevokedAtGeneration != 2 {
+		t.Fatalf("revokedAtGeneration %d, want 2", r.Status.RevokedAtGeneration)
+	}
+	expectRun(t, f.run("op-2"), v1.DeployRunRunning, "pre-ddl", "")
+}
+
+func TestOneOperationMigratingTwoInstancesLeavesTwoRuns(t *testing.T) {
+	f := newFixture(t)
+	f.createDatabase(f.groupNS, "other-app", "playground", v1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
+	g := f.grant("migration", "op-1", http.StatusCreated)
+	f.renewPhase("op-1", g.str("token"), "done")
+	f.do(http.MethodDelete, leasePath("migration", "op-1"), f.token, nil, "X-Lease-Token", g.str("token"), "X-Deploy-Outcome", "succeeded")
+	body := grantBody("migration", "op-1", 30)
+	body["instance"] = "other-app"
+	if r := f.do(http.MethodPost, groupPath+"/leases", f.token, body); r.status != http.StatusCreated && r.status != http.StatusOK {
+		t.Fatalf("grant op-1 for other-app: %d %s", r.status, r.raw)
+	}
+	expectRun(t, f.run("op-1"), v1.DeployRunSucceeded, "done", v1.LeaseReleased)
+	other := &v1.DeployRun{}
+	if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.groupNS, Name: deployrun.Name(f.group, "other-app", "op-1")}, other); err != nil {
+		t.Fatal(err)
+	}
+	if other.Spec.Instance != "other-app" || other.Status.Outcome != v1.DeployRunRunning {
+		t.Fatalf("other-app's run: %+v %+v", other.Spec, other.Status)
+	}
 }

@@ -106,11 +106,6 @@ func (s *Server) grant(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 			if d.Outcome == policy.OutcomeCreate {
 				target = nil
 			}
-			if d.Outcome == policy.OutcomeTakeOver && c.kind == leases.KindMigration {
-				// The ended operation's record is about to be replaced:
-				// its run records how it ended first.
-				s.syncRun(ctx, g, leasestore.RecordOf(mig))
-			}
 			res, err = s.writeGrant(ctx, c, g, name, target, d.Outcome, now)
 			return err
 		case policy.OutcomeStaleView:
@@ -160,6 +155,12 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGro
 	written, err := s.leases.Put(ctx, g, name, target, rec)
 	if err != nil {
 		return result{}, err
+	}
+	if outcome == policy.OutcomeTakeOver && target != nil && c.kind == leases.KindMigration {
+		// The write replaced an ended operation's record, which its
+		// resourceVersion proves was final: its run records how it ended
+		// now, since nobody can read that record afterwards.
+		s.syncRun(ctx, g, target.Record)
 	}
 	var prev *leases.Record
 	if outcome == policy.OutcomeRegrant {
@@ -235,14 +236,14 @@ func (s *Server) confirmGrant(ctx context.Context, g *v1.MysqlFailoverGroup, wri
 }
 
 // syncRun brings the DeployRun of rec's operation up to date with rec
-// (deployrun.Sync, on fresh reads). A failure is logged and fails nothing:
+// (deployrun.SyncFresh). A failure is logged and fails nothing:
 // the run is history, not authority, and the group controller's bookkeeping
 // writes it on its next pass from the same record.
 func (s *Server) syncRun(ctx context.Context, g *v1.MysqlFailoverGroup, rec *leases.Record) {
 	if rec == nil || rec.Kind != leases.KindMigration {
 		return
 	}
-	if err := deployrun.Sync(ctx, s.api, s.leases.Client, g, rec, s.clock.Now()); err != nil {
+	if err := deployrun.SyncFresh(ctx, s.api, s.leases.Client, g, rec, s.clock.Now()); err != nil {
 		s.log.Error(err, "DeployRun not written; the group controller writes it from the lease record",
 			"group", g.Name, "namespace", g.Namespace, "operationId", rec.OperationID)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/deployrun"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
@@ -193,8 +194,42 @@ func (s *Server) release(r *http.Request, c *call, g *v1.MysqlFailoverGroup) res
 			}
 		}
 	}
+	if ended == nil && c.outcome != "" {
+		// The operation's record was replaced (another operation took the
+		// mutex since): the report goes to its run, if its revocation's
+		// tombstone proves the token was the operation's.
+		s.reportAfterReplacement(ctx, g, c)
+	}
 	s.syncRun(ctx, g, ended)
 	return res
+}
+
+// reportAfterReplacement records c's outcome on the run of c's operation
+// when its record is gone and its tombstone holds the hash of c's token.
+// Records that were released or expired before being replaced leave no
+// tombstone: their report is not recorded (docs/api.md says so).
+func (s *Server) reportAfterReplacement(ctx context.Context, g *v1.MysqlFailoverGroup, c *call) {
+	tomb, err := s.leases.Tombstone(ctx, g, c.operationID)
+	if err == nil && (tomb == nil || !tomb.BelongsTo(string(g.UID)) || !tombstoneHolds(tomb, c.token)) {
+		return
+	}
+	if err == nil {
+		err = deployrun.Report(ctx, s.api, s.leases.Client, g, tomb.Instance, c.operationID, c.outcome)
+	}
+	if err != nil {
+		s.log.Error(err, "the outcome reported on release was not recorded", "group", g.Name,
+			"namespace", g.Namespace, "operationId", c.operationID, "outcome", string(c.outcome))
+	}
+}
+
+// tombstoneHolds tells whether token is one of the tokens tomb revoked.
+func tombstoneHolds(tomb *leases.Record, token string) bool {
+	for _, h := range tomb.RevokedTokenHashes {
+		if leases.TokenMatches(token, h) {
+			return true
+		}
+	}
+	return false
 }
 
 // migrationIn is the migration record among recs, or nil.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
@@ -25,12 +26,14 @@ const (
 	LabelInstance = "bloodraven.shipstream.io/instance"
 )
 
-// Name is the name of the DeployRun of operationID in g: the group's name
-// and a digest of its UID and the operation ID (operation IDs need not be
-// valid object names, and a group re-created under the same name starts a
-// history of its own, even where no garbage collector removed the old one).
-func Name(g *v1.MysqlFailoverGroup, operationID string) string {
-	sum := sha256.Sum256([]byte(string(g.UID) + "/" + operationID))
+// Name is the name of the DeployRun of operationID for instance in g: the
+// group's name and a digest of its UID, the instance and the operation ID
+// (operation IDs need not be valid object names; one pipeline run may
+// migrate several instances under one operation ID; and a group re-created
+// under the same name starts a history of its own, even where no garbage
+// collector removed the old one).
+func Name(g *v1.MysqlFailoverGroup, instance, operationID string) string {
+	sum := sha256.Sum256([]byte(string(g.UID) + "/" + instance + "/" + operationID))
 	suffix := "-" + hex.EncodeToString(sum[:6])
 	if len(g.Name)+len(suffix) <= 253 {
 		return g.Name + suffix
@@ -39,30 +42,76 @@ func Name(g *v1.MysqlFailoverGroup, operationID string) string {
 	return "run-" + hex.EncodeToString(n[:10]) + suffix
 }
 
-// Sync makes the DeployRun of rec's operation in g match rec at now: it
-// creates the run when it is missing (only for a record of g's incarnation)
-// and writes its status when it differs. read is the reader the decision
-// is made on (the cache or the API server); a stale read costs a conflict,
-// which is left to the next Sync.
-func Sync(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlFailoverGroup, rec *leases.Record, now time.Time) error {
+// errRace marks a write that lost a race (a conflict, or a create that
+// found the run written meanwhile): deciding again on a fresh read settles
+// it.
+var errRace = errors.New("the DeployRun changed since it was read")
+
+// IsRace tells whether err is only a lost race (errRace).
+func IsRace(err error) bool { return errors.Is(err, errRace) }
+
+// Sync makes the DeployRun of rec's operation in g match rec at now
+// (policy.RunStatus): it writes the run's status when it differs, and
+// creates a missing run when create says so (only for a record of g's
+// incarnation). read is the reader the decision is made on (the cache or
+// the API server); a write that lost a race returns an error for which
+// IsRace holds.
+func Sync(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlFailoverGroup, rec *leases.Record, now time.Time, create bool) error {
 	if rec == nil || rec.Kind != leases.KindMigration || !rec.BelongsTo(string(g.UID)) {
 		return nil
 	}
 	run := &v1.DeployRun{}
-	err := read.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: Name(g, rec.OperationID)}, run)
+	err := read.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: Name(g, rec.Instance, rec.OperationID)}, run)
 	switch {
 	case apierrors.IsNotFound(err):
-		run, err = create(ctx, w, g, rec)
-		if err != nil || run == nil {
+		if !create {
+			return nil
+		}
+		if run, err = createRun(ctx, w, g, rec); err != nil {
 			return err
 		}
 	case err != nil:
 		return fmt.Errorf("read DeployRun of %s: %w", rec.OperationID, err)
 	}
-	if run.Spec.OperationID != rec.OperationID {
-		return nil // not this operation's (a hand-made object the webhook let through)
+	if run.Spec.OperationID != rec.OperationID || run.Spec.Instance != rec.Instance {
+		return nil // not this operation's
 	}
 	return writeStatus(ctx, w, run, policy.RunStatus(run.Status, rec, now))
+}
+
+// SyncFresh is Sync on fresh reads (read must be uncached), deciding again
+// after a lost race, a few times: for a record about to be replaced, whose
+// end nobody can read afterwards.
+func SyncFresh(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlFailoverGroup, rec *leases.Record, now time.Time) error {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if err = Sync(ctx, read, w, g, rec, now, true); !IsRace(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// Report records outcome, reported by the client of instance's operation
+// after its record was replaced, on its ended run that carries no report
+// yet (policy.RunReported). It reads from read, which must be uncached.
+func Report(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlFailoverGroup, instance, operationID string,
+	outcome leases.Outcome) error {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		run := &v1.DeployRun{}
+		if err = read.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: Name(g, instance, operationID)}, run); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		next, ok := policy.RunReported(run.Status, outcome)
+		if !ok {
+			return nil
+		}
+		if err = writeStatus(ctx, w, run, next); !IsRace(err) {
+			return err
+		}
+	}
+	return err
 }
 
 // Lost records each of runs displaced by current, the group's migration
@@ -74,7 +123,7 @@ func Lost(ctx context.Context, w client.Client, runs []v1.DeployRun, current *le
 		if !policy.RunDisplaced(r.Spec.OperationID, r.Status, current) {
 			continue
 		}
-		if err := writeStatus(ctx, w, r, policy.RunLost(r.Status)); err != nil {
+		if err := writeStatus(ctx, w, r, policy.RunLost(r.Status)); err != nil && !IsRace(err) {
 			return err
 		}
 	}
@@ -141,10 +190,10 @@ func ownedBy(r *v1.DeployRun, g *v1.MysqlFailoverGroup) bool {
 	return false
 }
 
-func create(ctx context.Context, w client.Client, g *v1.MysqlFailoverGroup, rec *leases.Record) (*v1.DeployRun, error) {
+func createRun(ctx context.Context, w client.Client, g *v1.MysqlFailoverGroup, rec *leases.Record) (*v1.DeployRun, error) {
 	run := &v1.DeployRun{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: g.Namespace, Name: Name(g, rec.OperationID),
+			Namespace: g.Namespace, Name: Name(g, rec.Instance, rec.OperationID),
 			Labels: map[string]string{
 				leasestore.LabelManagedBy: leasestore.ManagedByValue,
 				LabelGroup:                leases.GroupLabelValue(g.Name),
@@ -160,7 +209,7 @@ func create(ctx context.Context, w client.Client, g *v1.MysqlFailoverGroup, rec 
 	}
 	if err := w.Create(ctx, run); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return nil, nil // written meanwhile; the next Sync reads it
+			return nil, fmt.Errorf("create DeployRun of %s: %w", rec.OperationID, errRace)
 		}
 		return nil, fmt.Errorf("create DeployRun of %s: %w", rec.OperationID, err)
 	}
@@ -174,8 +223,11 @@ func writeStatus(ctx context.Context, w client.Client, run *v1.DeployRun, next v
 	run = run.DeepCopy()
 	run.Status = next
 	if err := w.Status().Update(ctx, run); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return nil // changed or pruned since it was read: the next Sync decides again
+		if apierrors.IsConflict(err) {
+			return fmt.Errorf("write DeployRun %s status: %w", run.Name, errRace)
+		}
+		if apierrors.IsNotFound(err) {
+			return nil // pruned since it was read
 		}
 		return fmt.Errorf("write DeployRun %s status: %w", run.Name, err)
 	}

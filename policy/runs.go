@@ -63,6 +63,12 @@ func runBehind(prev v1.DeployRunStatus, rec *leases.Record, now time.Time) bool 
 		return false // running (or new): any record is as new
 	}
 	if rec.Live(now) {
+		if prev.LeaseEnd == v1.LeaseExpired && prev.EndTime != nil && rec.ExpiresAt.After(prev.EndTime.Time) {
+			// Renewed past the expiry recorded: that expiry was judged on a
+			// record older than the renewal (a take-over or expiry that
+			// then lost its compare-and-swap), and the run goes on.
+			return false
+		}
 		return prev.EndTime != nil && !tenureStart(rec).After(prev.EndTime.Time)
 	}
 	_, reported := leases.ParseOutcome(string(prev.Outcome))
@@ -75,6 +81,30 @@ func tenureStart(rec *leases.Record) time.Time {
 		return rec.GrantedAt
 	}
 	return rec.HeldSince
+}
+
+// RunReported is st with the outcome its client reported after its record
+// was replaced (the report could not go on the record): only an ended run
+// that carries no report yet takes it.
+func RunReported(st v1.DeployRunStatus, outcome leases.Outcome) (v1.DeployRunStatus, bool) {
+	if _, reported := leases.ParseOutcome(string(st.Outcome)); reported || st.LeaseEnd == "" || outcome == "" {
+		return st, false
+	}
+	st.Outcome = v1.DeployRunOutcome(outcome)
+	return st, true
+}
+
+// RunBackstopDelay is how old a migration record's tenure must be before
+// the group controller writes a DeployRun the deployment API did not: the
+// API writes its run once a grant is confirmed, milliseconds after the
+// record, and a record younger than this may belong to a grant about to be
+// withdrawn (which leaves no run).
+const RunBackstopDelay = 10 * time.Second
+
+// RunBackstopDue tells whether the group controller may create the missing
+// DeployRun of rec at now.
+func RunBackstopDue(rec *leases.Record, now time.Time) bool {
+	return !now.Before(tenureStart(rec).Add(RunBackstopDelay))
 }
 
 // RunLost is the status of a run still recorded running whose operation's

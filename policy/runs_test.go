@@ -69,6 +69,11 @@ func TestRunStatus(t *testing.T) {
 			prev: v1.DeployRunStatus{Outcome: v1.DeployRunRunning, Phase: "ddl", StartTime: mt(granted)},
 			rec:  started(rec("a", leases.StateActive, 7, live)),
 			want: v1.DeployRunStatus{Outcome: v1.DeployRunRunning, Phase: "ddl", StartTime: mt(granted)}},
+		"a record renewed past an expiry judged on an older one runs again": {
+			prev: v1.DeployRunStatus{Outcome: v1.DeployRunExpired, Phase: "pre-ddl", LeaseEnd: v1.LeaseExpired,
+				StartTime: mt(granted), EndTime: mt(past)},
+			rec:  started(rec("a", leases.StateActive, 7, live)),
+			want: v1.DeployRunStatus{Outcome: v1.DeployRunRunning, Phase: "pre-ddl", StartTime: mt(granted)}},
 		"a later tenure of the same operation runs again, from its first start": {
 			prev: v1.DeployRunStatus{Outcome: v1.DeployRunExpired, Phase: "pre-ddl", LeaseEnd: v1.LeaseExpired,
 				StartTime: mt(granted.Add(-time.Hour)), EndTime: mt(granted.Add(-time.Minute))},
@@ -169,6 +174,24 @@ func TestDecideReport(t *testing.T) {
 			}
 			if ok && (next.Outcome != tc.outcome || next.State != tc.rec.State) {
 				t.Fatalf("next = %+v: want the outcome %s and the state unchanged", next, tc.outcome)
+			}
+		})
+	}
+}
+
+func TestRunBackstopDue(t *testing.T) {
+	r := rec("a", leases.StateActive, 7, t0.Add(time.Minute))
+	r.HeldSince = t0
+	for name, tc := range map[string]struct {
+		at   time.Time
+		want bool
+	}{
+		"a record just written may be a grant about to be withdrawn": {at: t0.Add(time.Second)},
+		"one older than the delay is a confirmed grant":              {at: t0.Add(RunBackstopDelay), want: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := RunBackstopDue(r, tc.at); got != tc.want {
+				t.Fatalf("RunBackstopDue = %v, want %v", got, tc.want)
 			}
 		})
 	}
