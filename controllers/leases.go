@@ -73,10 +73,8 @@ func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup
 	var errs []error
 	mig := migrationOf(objOf)
 	written, err := r.revoke(ctx, g, d.Revoke, d.Reason)
-	for i := range written {
-		if written[i].Kind == leases.KindMigration {
-			mig = &written[i] // what the revocation wrote, not what was read
-		}
+	if w := leases.MigrationOf(written); w != nil {
+		mig = w // what the revocation wrote, not what was read
 	}
 	if err != nil {
 		errs = append(errs, err)

@@ -170,7 +170,7 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGro
 		return result{}, err
 	}
 	if rec.Kind == leases.KindMigration {
-		s.syncRun(ctx, g, &rec)
+		s.startRun(ctx, g, &rec, outcome != policy.OutcomeRegrant)
 	}
 	status := http.StatusCreated
 	if outcome == policy.OutcomeRegrant {
@@ -240,10 +240,23 @@ func (s *Server) confirmGrant(ctx context.Context, g *v1.MysqlFailoverGroup, wri
 // the run is history, not authority, and the group controller's bookkeeping
 // writes it on its next pass from the same record.
 func (s *Server) syncRun(ctx context.Context, g *v1.MysqlFailoverGroup, rec *leases.Record) {
-	if rec == nil || rec.Kind != leases.KindMigration {
+	if rec != nil {
+		s.logRunError(deployrun.SyncFresh(ctx, s.api, s.leases.Client, g, rec, s.clock.Now()), g, rec)
+	}
+}
+
+// startRun writes the run of a confirmed grant: created without a read
+// first when the grant began a tenure (deployrun.Begin), synced otherwise.
+func (s *Server) startRun(ctx context.Context, g *v1.MysqlFailoverGroup, rec *leases.Record, tenure bool) {
+	if !tenure {
+		s.syncRun(ctx, g, rec)
 		return
 	}
-	if err := deployrun.SyncFresh(ctx, s.api, s.leases.Client, g, rec, s.clock.Now()); err != nil {
+	s.logRunError(deployrun.Begin(ctx, s.api, s.leases.Client, g, rec, s.clock.Now()), g, rec)
+}
+
+func (s *Server) logRunError(err error, g *v1.MysqlFailoverGroup, rec *leases.Record) {
+	if err != nil {
 		s.log.Error(err, "DeployRun not written; the group controller writes it from the lease record",
 			"group", g.Name, "namespace", g.Namespace, "operationId", rec.OperationID)
 	}

@@ -107,15 +107,17 @@ func (s *Server) leaseRecords(ctx context.Context, c *call, g *v1.MysqlFailoverG
 func (s *Server) release(r *http.Request, c *call, g *v1.MysqlFailoverGroup) result {
 	ctx := r.Context()
 	res := result{status: http.StatusNoContent}
-	// ended is the migration record this release wrote; revoked the one a
-	// revocation it wrote did.
-	var ended, revoked *leases.Record
+	// ended is the migration record this release or its revocation wrote;
+	// gone tells that the operation's record was replaced.
+	var ended *leases.Record
+	var gone bool
 	err := leasestore.Optimistic(func(fresh bool) error {
-		ended, revoked = nil, nil
+		ended = nil
 		obj, own, err := s.leases.GetOwn(ctx, g, c.kind, c.operationID, fresh)
 		if err != nil {
 			return err
 		}
+		gone = own == nil
 		if own != nil {
 			res.instance = own.Instance
 		}
@@ -133,10 +135,12 @@ func (s *Server) release(r *http.Request, c *call, g *v1.MysqlFailoverGroup) res
 			if err != nil {
 				return errRevocationNotWritten(err)
 			}
-			if rev.Tombstone != nil {
-				revoked = migrationIn(rev.Records)
+			if rev.Tombstone != nil && c.outcome == "" {
+				ended = leases.MigrationOf(rev.Records)
 				return nil
 			}
+			// Decide again on what the revocation left: a report goes on
+			// the revoked record (below).
 			return leasestore.ErrStale
 		}
 		if d.Outcome == policy.OutcomeRelease {
@@ -177,24 +181,7 @@ func (s *Server) release(r *http.Request, c *call, g *v1.MysqlFailoverGroup) res
 		res.err = err
 		return res
 	}
-	if revoked != nil && c.kind == leases.KindMigration {
-		// The release found the move first and revoked the operation: the
-		// client's report goes on the revoked record. The answer stays 204
-		// whatever becomes of the report.
-		ended = revoked
-		if c.outcome != "" {
-			next, err := s.leases.Transition(ctx, g, leases.KindMigration, c.operationID, func(cur *leases.Record) (leases.Record, bool) {
-				return policy.DecideReport(cur, c.token, c.outcome, s.clock.Now())
-			})
-			if err != nil {
-				s.log.Error(err, "the outcome reported on release was not recorded", "group", g.Name,
-					"namespace", g.Namespace, "operationId", c.operationID, "outcome", string(c.outcome))
-			} else if next != nil {
-				ended = next
-			}
-		}
-	}
-	if ended == nil && c.outcome != "" {
+	if gone && c.outcome != "" {
 		// The operation's record was replaced (another operation took the
 		// mutex since): the report goes to its run, if its revocation's
 		// tombstone proves the token was the operation's.
@@ -210,7 +197,7 @@ func (s *Server) release(r *http.Request, c *call, g *v1.MysqlFailoverGroup) res
 // tombstone: their report is not recorded (docs/api.md says so).
 func (s *Server) reportAfterReplacement(ctx context.Context, g *v1.MysqlFailoverGroup, c *call) {
 	tomb, err := s.leases.Tombstone(ctx, g, c.operationID)
-	if err == nil && (tomb == nil || !tomb.BelongsTo(string(g.UID)) || !tombstoneHolds(tomb, c.token)) {
+	if err == nil && (tomb == nil || !tomb.BelongsTo(string(g.UID)) || !tomb.RevokedToken(c.token)) {
 		return
 	}
 	if err == nil {
@@ -220,26 +207,6 @@ func (s *Server) reportAfterReplacement(ctx context.Context, g *v1.MysqlFailover
 		s.log.Error(err, "the outcome reported on release was not recorded", "group", g.Name,
 			"namespace", g.Namespace, "operationId", c.operationID, "outcome", string(c.outcome))
 	}
-}
-
-// tombstoneHolds tells whether token is one of the tokens tomb revoked.
-func tombstoneHolds(tomb *leases.Record, token string) bool {
-	for _, h := range tomb.RevokedTokenHashes {
-		if leases.TokenMatches(token, h) {
-			return true
-		}
-	}
-	return false
-}
-
-// migrationIn is the migration record among recs, or nil.
-func migrationIn(recs []leases.Record) *leases.Record {
-	for i := range recs {
-		if recs[i].Kind == leases.KindMigration {
-			return &recs[i]
-		}
-	}
-	return nil
 }
 
 // releaseHold releases operation's failover-hold, if it is active.

@@ -4,14 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
@@ -42,13 +40,10 @@ func Name(g *v1.MysqlFailoverGroup, instance, operationID string) string {
 	return "run-" + hex.EncodeToString(n[:10]) + suffix
 }
 
-// errRace marks a write that lost a race (a conflict, or a create that
-// found the run written meanwhile): deciding again on a fresh read settles
-// it.
-var errRace = errors.New("the DeployRun changed since it was read")
-
-// IsRace tells whether err is only a lost race (errRace).
-func IsRace(err error) bool { return errors.Is(err, errRace) }
+// IsRace tells whether err is only a lost race (a conflict, or a create
+// that found the run written meanwhile): deciding again on a fresh read
+// settles it.
+func IsRace(err error) bool { return leasestore.Retryable(err) }
 
 // Sync makes the DeployRun of rec's operation in g match rec at now
 // (policy.RunStatus): it writes the run's status when it differs, and
@@ -80,14 +75,29 @@ func Sync(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlF
 }
 
 // SyncFresh is Sync on fresh reads (read must be uncached), deciding again
-// after a lost race, a few times: for a record about to be replaced, whose
-// end nobody can read afterwards.
+// after a lost race (leasestore.Optimistic): for a record whose end nobody
+// can read once it is replaced.
 func SyncFresh(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlFailoverGroup, rec *leases.Record, now time.Time) error {
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		if err = Sync(ctx, read, w, g, rec, now, true); !IsRace(err) {
-			return err
-		}
+	return leasestore.Optimistic(func(bool) error { return Sync(ctx, read, w, g, rec, now, true) })
+}
+
+// Begin writes the run of a grant that began a tenure (a create or a
+// take-over): it creates the run without reading first, since such a run
+// is almost always new, and falls back to SyncFresh when it exists (the
+// same operation taking the mutex again).
+func Begin(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlFailoverGroup, rec *leases.Record, now time.Time) error {
+	if rec == nil || rec.Kind != leases.KindMigration || !rec.BelongsTo(string(g.UID)) {
+		return nil
+	}
+	run, err := createRun(ctx, w, g, rec)
+	if apierrors.IsAlreadyExists(err) {
+		return SyncFresh(ctx, read, w, g, rec, now)
+	}
+	if err != nil {
+		return err
+	}
+	if err = writeStatus(ctx, w, run, policy.RunStatus(run.Status, rec, now)); IsRace(err) {
+		return SyncFresh(ctx, read, w, g, rec, now)
 	}
 	return err
 }
@@ -97,21 +107,17 @@ func SyncFresh(ctx context.Context, read client.Reader, w client.Client, g *v1.M
 // yet (policy.RunReported). It reads from read, which must be uncached.
 func Report(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlFailoverGroup, instance, operationID string,
 	outcome leases.Outcome) error {
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
+	return leasestore.Optimistic(func(bool) error {
 		run := &v1.DeployRun{}
-		if err = read.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: Name(g, instance, operationID)}, run); err != nil {
+		if err := read.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: Name(g, instance, operationID)}, run); err != nil {
 			return client.IgnoreNotFound(err)
 		}
 		next, ok := policy.RunReported(run.Status, outcome)
 		if !ok {
 			return nil
 		}
-		if err = writeStatus(ctx, w, run, next); !IsRace(err) {
-			return err
-		}
-	}
-	return err
+		return writeStatus(ctx, w, run, next)
+	})
 }
 
 // Lost records each of runs displaced by current, the group's migration
@@ -197,49 +203,30 @@ func createRun(ctx context.Context, w client.Client, g *v1.MysqlFailoverGroup, r
 			Labels: map[string]string{
 				leasestore.LabelManagedBy: leasestore.ManagedByValue,
 				LabelGroup:                leases.GroupLabelValue(g.Name),
-				LabelInstance:             instanceLabel(rec.Instance),
+				LabelInstance:             leases.LabelValue(rec.Instance),
 			},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: v1.GroupVersion.String(), Kind: "MysqlFailoverGroup", Name: g.Name, UID: g.UID,
-				BlockOwnerDeletion: ptr.To(false),
-			}},
+			OwnerReferences: []metav1.OwnerReference{leasestore.GroupOwner(g)},
 		},
 		Spec: v1.DeployRunSpec{GroupRef: v1.GroupReference{Name: g.Name}, Instance: rec.Instance,
 			OperationID: rec.OperationID, Caller: rec.Identity, GrantGeneration: rec.Generation},
 	}
 	if err := w.Create(ctx, run); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("create DeployRun of %s: %w", rec.OperationID, errRace)
-		}
-		return nil, fmt.Errorf("create DeployRun of %s: %w", rec.OperationID, err)
+		return nil, fmt.Errorf("create DeployRun of %s: %w", rec.OperationID, err) // AlreadyExists: IsRace
 	}
 	return run, nil
 }
 
+// writeStatus writes next as run's status with the resourceVersion run was
+// read at; a conflict is returned (IsRace), a run pruned meanwhile is left
+// alone.
 func writeStatus(ctx context.Context, w client.Client, run *v1.DeployRun, next v1.DeployRunStatus) error {
 	if equality.Semantic.DeepEqual(run.Status, next) {
 		return nil
 	}
 	run = run.DeepCopy()
 	run.Status = next
-	if err := w.Status().Update(ctx, run); err != nil {
-		if apierrors.IsConflict(err) {
-			return fmt.Errorf("write DeployRun %s status: %w", run.Name, errRace)
-		}
-		if apierrors.IsNotFound(err) {
-			return nil // pruned since it was read
-		}
+	if err := w.Status().Update(ctx, run); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("write DeployRun %s status: %w", run.Name, err)
 	}
 	return nil
-}
-
-// instanceLabel is instance as a label value: MysqlDatabase names are DNS
-// names, so only one longer than 63 characters is cut to a digest.
-func instanceLabel(instance string) string {
-	if len(instance) <= 63 {
-		return instance
-	}
-	sum := sha256.Sum256([]byte(instance))
-	return "h-" + hex.EncodeToString(sum[:20])
 }

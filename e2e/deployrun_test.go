@@ -38,6 +38,7 @@ func TestEmergencyFailoverDuringDeployRun(t *testing.T) {
 	p, cfg := upPlayground(t)
 	admin, key, g := bootstrappedWithBudget(t, p, 5)
 	probe := siteObserver(t)
+	ro, from := e2etest.StartReadOnlySampler(t, e2etest.SitesDSN(p)), time.Now() // @@read_only on both sites every 100 ms
 	started := filepath.Join(t.TempDir(), "started")
 	run := e2etest.StartDeployRun(t, p, cfg, []string{"--group", devenv.GroupName, "--instance", devenv.DatabaseName, "--ttl", "30"},
 		"sh", "-c", `"$0" deploy mark-ddl && touch "$1" && exec sleep 600`, cfg.OperatorBinary, started)
@@ -58,6 +59,8 @@ func TestEmergencyFailoverDuringDeployRun(t *testing.T) {
 	}
 
 	run.WaitExit(t, 45*time.Second, 5, "lost after DDL", "lost-after-ddl")
+	ro.Stop()
+	assertNoSplitBrain(t, ro, from, time.Now())
 	// The client may learn of the revocation (the API's tombstone) before
 	// the controller has announced it: the Event follows within a pass.
 	var reasons []string

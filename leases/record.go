@@ -148,13 +148,37 @@ func LeaseName(kind Kind, group, operationID string) string {
 	return HoldName(group, operationID)
 }
 
-// GroupLabelValue is the value of the group label for group: the name when
-// it is a valid label value, a digest otherwise.
-func GroupLabelValue(group string) string {
-	if len(validation.IsValidLabelValue(group)) == 0 {
-		return group
+// GroupLabelValue is the value of the group label for group (LabelValue).
+func GroupLabelValue(group string) string { return LabelValue(group) }
+
+// LabelValue is name as a label value: the name when it is a valid label
+// value, a digest otherwise.
+func LabelValue(name string) string {
+	if len(validation.IsValidLabelValue(name)) == 0 {
+		return name
 	}
-	return "h-" + digest(group)
+	return "h-" + digest(name)
+}
+
+// MigrationOf is the migration record among recs, or nil.
+func MigrationOf(recs []Record) *Record {
+	for i := range recs {
+		if recs[i].Kind == KindMigration {
+			return &recs[i]
+		}
+	}
+	return nil
+}
+
+// RevokedToken tells whether token is one of the lease tokens the tombstone
+// t revoked.
+func (t *Record) RevokedToken(token string) bool {
+	for _, h := range t.RevokedTokenHashes {
+		if TokenMatches(token, h) {
+			return true
+		}
+	}
+	return false
 }
 
 func objectName(prefix, group string) string {

@@ -57,19 +57,26 @@ func Encode(l *coordinationv1.Lease, rec *leases.Record, group *v1.MysqlFailover
 	}
 	l.Annotations[RecordAnnotation] = string(data)
 	if group != nil {
-		l.OwnerReferences = []metav1.OwnerReference{{
-			APIVersion:         v1.GroupVersion.String(),
-			Kind:               "MysqlFailoverGroup",
-			Name:               group.Name,
-			UID:                group.UID,
-			BlockOwnerDeletion: ptr.To(false),
-		}}
+		l.OwnerReferences = []metav1.OwnerReference{GroupOwner(group)}
 	}
 	l.Spec.HolderIdentity = ptr.To(rec.OperationID)
 	l.Spec.LeaseDurationSeconds = ptr.To(durationProjection(rec))
 	l.Spec.AcquireTime = &metav1.MicroTime{Time: rec.GrantedAt}
 	l.Spec.RenewTime = &metav1.MicroTime{Time: rec.RenewedAt}
 	return nil
+}
+
+// GroupOwner is the owner reference of an object the operator keeps for
+// group (its Leases, its DeployRuns): collected with the group, and never
+// blocking its deletion.
+func GroupOwner(group *v1.MysqlFailoverGroup) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion:         v1.GroupVersion.String(),
+		Kind:               "MysqlFailoverGroup",
+		Name:               group.Name,
+		UID:                group.UID,
+		BlockOwnerDeletion: ptr.To(false),
+	}
 }
 
 // durationProjection is spec.leaseDurationSeconds: the ttl in whole seconds

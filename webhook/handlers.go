@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -35,9 +36,13 @@ const (
 func Register(srv webhook.Server, scheme *runtime.Scheme, operatorIdentity string) {
 	dec := admission.NewDecoder(scheme)
 	srv.Register(GroupPath, &webhook.Admission{Handler: &groupSpecHandler{dec: dec}})
-	srv.Register(GroupStatusPath, &webhook.Admission{Handler: &statusHandler{dec: dec, operator: operatorIdentity}})
+	srv.Register(GroupStatusPath, &webhook.Admission{Handler: &statusGuard[*v1.MysqlFailoverGroup]{dec: dec, operator: operatorIdentity,
+		kind: groupKind, newObj: func() *v1.MysqlFailoverGroup { return &v1.MysqlFailoverGroup{} }, check: ValidateStatusChange}})
 	srv.Register(DatabasePath, &webhook.Admission{Handler: &databaseHandler{dec: dec}})
-	srv.Register(DatabaseStatusPath, &webhook.Admission{Handler: &databaseStatusHandler{dec: dec, operator: operatorIdentity}})
+	// The database's conditions and schema-verification gate: a person
+	// opens the gate with the schema-verified annotation.
+	srv.Register(DatabaseStatusPath, &webhook.Admission{Handler: &statusGuard[*v1.MysqlDatabase]{dec: dec, operator: operatorIdentity,
+		kind: databaseKind, newObj: func() *v1.MysqlDatabase { return &v1.MysqlDatabase{} }, check: ValidateDatabaseStatusChange}})
 	srv.Register(DeployRunPath, &webhook.Admission{Handler: &deployRunHandler{operator: operatorIdentity}})
 }
 
@@ -71,26 +76,31 @@ func (h *groupSpecHandler) Handle(_ context.Context, req admission.Request) admi
 	return verdict(groupKind, g.Name, ValidateGroupSpec(g))
 }
 
-// statusHandler guards mysqlfailovergroups/status: the status is the
-// operator's alone, and the operator moves the fence only by its rules.
-type statusHandler struct {
+// statusGuard guards the status subresource of T: the status is the
+// operator's alone. check decides on the old and new objects, told whether
+// the operator made the change (the group's guard also holds the operator
+// to the fence's rules).
+type statusGuard[T client.Object] struct {
 	dec      admission.Decoder
 	operator string
+	kind     schema.GroupKind
+	newObj   func() T
+	check    func(oldObj, newObj T, isOperator bool) field.ErrorList
 }
 
-func (h *statusHandler) Handle(_ context.Context, req admission.Request) admission.Response {
+func (h *statusGuard[T]) Handle(_ context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
-	newG, oldG := &v1.MysqlFailoverGroup{}, &v1.MysqlFailoverGroup{}
-	if err := h.dec.DecodeRaw(req.Object, newG); err != nil {
+	newObj, oldObj := h.newObj(), h.newObj()
+	if err := h.dec.DecodeRaw(req.Object, newObj); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	if err := h.dec.DecodeRaw(req.OldObject, oldG); err != nil {
+	if err := h.dec.DecodeRaw(req.OldObject, oldObj); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	isOperator := h.operator != "" && req.UserInfo.Username == h.operator
-	return verdict(groupKind, newG.Name, ValidateStatusChange(oldG, newG, isOperator))
+	return verdict(h.kind, newObj.GetName(), h.check(oldObj, newObj, isOperator))
 }
 
 type databaseHandler struct{ dec admission.Decoder }
@@ -111,27 +121,4 @@ type deployRunHandler struct{ operator string }
 
 func (h *deployRunHandler) Handle(_ context.Context, req admission.Request) admission.Response {
 	return verdict(runKind, req.Name, ValidateRunWriter(string(req.Operation), req.SubResource, req.UserInfo.Username, h.operator))
-}
-
-// databaseStatusHandler guards mysqldatabases/status: the conditions and the
-// schema-verification gate are the operator's alone; a person opens the
-// gate with the schema-verified annotation (ValidateDatabaseStatusChange).
-type databaseStatusHandler struct {
-	dec      admission.Decoder
-	operator string
-}
-
-func (h *databaseStatusHandler) Handle(_ context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Update {
-		return admission.Allowed("")
-	}
-	newDB, oldDB := &v1.MysqlDatabase{}, &v1.MysqlDatabase{}
-	if err := h.dec.DecodeRaw(req.Object, newDB); err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
-	}
-	if err := h.dec.DecodeRaw(req.OldObject, oldDB); err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
-	}
-	isOperator := h.operator != "" && req.UserInfo.Username == h.operator
-	return verdict(databaseKind, newDB.Name, ValidateDatabaseStatusChange(oldDB, newDB, isOperator))
 }
