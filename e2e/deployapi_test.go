@@ -25,19 +25,25 @@ import (
 // verified against the playground's CA.
 func deployClient(t *testing.T, p *devenv.Playground) *tlsClient {
 	t.Helper()
+	token, err := os.ReadFile(p.Paths.DeployToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: playgroundTLS(t, p)}}
+	return &tlsClient{t: t, token: string(token), hc: hc, api: scene.ForURL("", hc, string(token))}
+}
+
+// playgroundTLS verifies the playground's deployment API: its CA, and the
+// name its certificate carries.
+func playgroundTLS(t *testing.T, p *devenv.Playground) *tls.Config {
+	t.Helper()
 	caPEM, err := os.ReadFile(p.Paths.CACert)
 	if err != nil {
 		t.Fatal(err)
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(caPEM)
-	token, err := os.ReadFile(p.Paths.DeployToken)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hc := &http.Client{Timeout: 10 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "localhost"}}}
-	return &tlsClient{t: t, token: string(token), hc: hc, api: scene.ForURL("", hc, string(token))}
+	return &tls.Config{RootCAs: roots, ServerName: "localhost"}
 }
 
 // groupAPI is the playground group's deployment-API URL on the TLS

@@ -2,7 +2,15 @@ package e2e
 
 import (
 	"context"
+	"encoding/pem"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,3 +80,47 @@ func expectNotGated(t *testing.T, p *devenv.Playground, admin client.Client, add
 		t.Fatalf("%s, yet gated: %+v %v", why, db.Status.PendingVerification, err)
 	}
 }
+
+// releaseHolder is a TLS reverse proxy in front of the playground's
+// deployment API that holds every release of a migration mutex (a DELETE
+// of .../leases/migration/...) until Let is called: it places a move
+// between a run's last renewal and its release. Held is closed when the
+// first such release arrives. A held request whose client gave up is
+// dropped, never forwarded.
+type releaseHolder struct {
+	URL, CA string // the proxy's base URL, and the PEM file of its certificate
+	Held    chan struct{}
+	let     chan struct{}
+	held    sync.Once
+	lets    sync.Once
+}
+
+func startReleaseHolder(t *testing.T, p *devenv.Playground, cfg devenv.Config) *releaseHolder {
+	t.Helper()
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "https", Host: cfg.TLSAddr})
+	rp.Transport = &http.Transport{TLSClientConfig: playgroundTLS(t, p)}
+	h := &releaseHolder{Held: make(chan struct{}), let: make(chan struct{})}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete && strings.Contains(r.URL.Path, "/leases/migration/") {
+			h.held.Do(func() { close(h.Held) })
+			select {
+			case <-h.let:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	t.Cleanup(h.Let) // before Close, which waits for held requests
+	h.URL = srv.URL
+	h.CA = filepath.Join(t.TempDir(), "proxy-ca.pem")
+	if err := os.WriteFile(h.CA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// Let forwards the held releases, and every later one.
+func (h *releaseHolder) Let() { h.lets.Do(func() { close(h.let) }) }

@@ -109,3 +109,45 @@ func TestTheGateClosesHoweverARunEndsPastItsDDLBoundary(t *testing.T) {
 		"succeeds":         {outcome: "succeeded", phase: "done", leaseEnd: "released", granted: 1},
 	})
 }
+
+// A run whose confirming `done` renewal was answered 200 just before a move
+// is not gated (issue 24): its schema change ended under authority, and the
+// move that revokes its lease afterwards says nothing about the schema. On
+// the operator binary and real MariaDB, with @@read_only sampled on both
+// sites: a proxy in front of the deployment API holds the run's release of
+// the mutex, iad's mariadbd is killed and pdx promoted (generation 2), and
+// only then does the release reach the operator. The run exits 0, nothing
+// gates the instance, and its DeployRun says succeeded, revoked by the move
+// from generation 1 to 2.
+func TestARunConfirmedJustBeforeAMoveIsNotGated(t *testing.T) {
+	p, cfg := upPlayground(t)
+	admin, key, g := bootstrappedWithBudget(t, p, 5)
+	probe := siteObserver(t)
+	ro, from := e2etest.StartReadOnlySampler(t, e2etest.SitesDSN(p)), time.Now() // @@read_only on both sites every 100 ms
+	proxy := startReleaseHolder(t, p, cfg)
+	const op = "confirmed-then-moved"
+	run := e2etest.StartDeployRun(t, p, cfg, []string{"--server", proxy.URL, "--ca", proxy.CA, "--group", devenv.GroupName,
+		"--instance", devenv.DatabaseName, "--ttl", "30", "--operation-id", op}, "sh", "-c", `"$0" deploy mark-ddl`, cfg.OperatorBinary)
+	select {
+	case <-proxy.Held:
+	case <-run.Done():
+		t.Fatalf("the run exited (%d) without releasing its mutex through the proxy:\n%s", run.ExitCode(), run.Output())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no release within 60 s:\n%s", run.Output())
+	}
+	// The release is sent only after the `done` renewal was answered.
+	waitFor(t, 10*time.Second, func() bool { return strings.Contains(run.Output(), "authority confirmed after it ended") })
+
+	took := killPrimaryAndWaitForPdx(t, p, probe, admin, key, g)
+	t.Logf("pdx promoted %v after iad was killed, while the confirmed run's release was held", took.Round(100*time.Millisecond))
+	proxy.Let()
+	run.WaitExit(t, 60*time.Second, 0, "succeeded: confirmed before the move", "succeeded")
+	t.Logf("deploy run output:\n%s", run.Output())
+	ro.Stop()
+	assertNoSplitBrain(t, ro, from, time.Now())
+
+	expectNotGated(t, p, admin, cfg.TLSAddr, "a run confirmed (done, 200) before the move")
+	waitRuns(t, admin, map[string]runWant{
+		op: {outcome: "succeeded", phase: "done", leaseEnd: "revoked", reason: "topology_changed", granted: 1, revokedAt: 2},
+	})
+}
