@@ -52,7 +52,7 @@ func IsRace(err error) bool { return leasestore.Retryable(err) }
 // the API server); a write that lost a race returns an error for which
 // IsRace holds.
 func Sync(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlFailoverGroup, rec *leases.Record, now time.Time, create bool) error {
-	if rec == nil || rec.Kind != leases.KindMigration || !rec.BelongsTo(string(g.UID)) {
+	if !runsOf(g, rec) {
 		return nil
 	}
 	run := &v1.DeployRun{}
@@ -86,7 +86,7 @@ func SyncFresh(ctx context.Context, read client.Reader, w client.Client, g *v1.M
 // is almost always new, and falls back to SyncFresh when it exists (the
 // same operation taking the mutex again).
 func Begin(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlFailoverGroup, rec *leases.Record, now time.Time) error {
-	if rec == nil || rec.Kind != leases.KindMigration || !rec.BelongsTo(string(g.UID)) {
+	if !runsOf(g, rec) {
 		return nil
 	}
 	run, err := createRun(ctx, w, g, rec)
@@ -175,7 +175,7 @@ func History(g *v1.MysqlFailoverGroup) int {
 func List(ctx context.Context, read client.Reader, g *v1.MysqlFailoverGroup) ([]v1.DeployRun, error) {
 	list := &v1.DeployRunList{}
 	if err := read.List(ctx, list, client.InNamespace(g.Namespace),
-		client.MatchingLabels{LabelGroup: leases.GroupLabelValue(g.Name)}); err != nil {
+		client.MatchingLabels{LabelGroup: leases.LabelValue(g.Name)}); err != nil {
 		return nil, fmt.Errorf("list DeployRuns of %s/%s: %w", g.Namespace, g.Name, err)
 	}
 	out := list.Items[:0]
@@ -202,7 +202,7 @@ func createRun(ctx context.Context, w client.Client, g *v1.MysqlFailoverGroup, r
 			Namespace: g.Namespace, Name: Name(g, rec.Instance, rec.OperationID),
 			Labels: map[string]string{
 				leasestore.LabelManagedBy: leasestore.ManagedByValue,
-				LabelGroup:                leases.GroupLabelValue(g.Name),
+				LabelGroup:                leases.LabelValue(g.Name),
 				LabelInstance:             leases.LabelValue(rec.Instance),
 			},
 			OwnerReferences: []metav1.OwnerReference{leasestore.GroupOwner(g)},
@@ -229,4 +229,10 @@ func writeStatus(ctx context.Context, w client.Client, run *v1.DeployRun, next v
 		return fmt.Errorf("write DeployRun %s status: %w", run.Name, err)
 	}
 	return nil
+}
+
+// runsOf tells whether rec leaves a DeployRun in g: a migration record of
+// g's incarnation.
+func runsOf(g *v1.MysqlFailoverGroup, rec *leases.Record) bool {
+	return rec != nil && rec.Kind == leases.KindMigration && rec.BelongsTo(string(g.UID))
 }

@@ -110,7 +110,7 @@ func (e *Env) group(ctx context.Context, name string) (*v1.MysqlFailoverGroup, e
 func (e *Env) records(ctx context.Context, g *v1.MysqlFailoverGroup) ([]*leases.Record, error) {
 	var list coordinationv1.LeaseList
 	if err := e.Client.List(ctx, &list, client.InNamespace(g.Namespace),
-		client.MatchingLabels{leasestore.LabelGroup: leases.GroupLabelValue(g.Name)}); err != nil {
+		client.MatchingLabels{leasestore.LabelGroup: leases.LabelValue(g.Name)}); err != nil {
 		return nil, fmt.Errorf("deployment Leases of %s/%s: %w", g.Namespace, g.Name, err)
 	}
 	var out []*leases.Record

@@ -148,9 +148,6 @@ func LeaseName(kind Kind, group, operationID string) string {
 	return HoldName(group, operationID)
 }
 
-// GroupLabelValue is the value of the group label for group (LabelValue).
-func GroupLabelValue(group string) string { return LabelValue(group) }
-
 // LabelValue is name as a label value: the name when it is a valid label
 // value, a digest otherwise.
 func LabelValue(name string) string {

@@ -40,7 +40,7 @@ func TestNamesAreValidForLongGroups(t *testing.T) {
 	if MigrationName("orders") != "bloodraven-migration-orders" {
 		t.Errorf("short names stay readable: %s", MigrationName("orders"))
 	}
-	if GroupLabelValue(long) == long {
+	if LabelValue(long) == long {
 		t.Error("a group name too long for a label value is used as one")
 	}
 }

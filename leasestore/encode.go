@@ -50,7 +50,7 @@ func Encode(l *coordinationv1.Lease, rec *leases.Record, group *v1.MysqlFailover
 	}
 	l.Labels[LabelManagedBy] = ManagedByValue
 	l.Labels[LabelDeployLease] = "true"
-	l.Labels[LabelGroup] = leases.GroupLabelValue(rec.Group)
+	l.Labels[LabelGroup] = leases.LabelValue(rec.Group)
 	l.Labels[LabelKind] = kindLabel(rec)
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}

@@ -351,7 +351,7 @@ func (s *Store) Announce(ctx context.Context, group *v1.MysqlFailoverGroup, tomb
 func (s *Store) PendingTombstones(ctx context.Context, namespace, group string) ([]*Object, error) {
 	var list coordinationv1.LeaseList
 	if err := s.reader(false).List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{
-		LabelDeployLease: "true", LabelGroup: leases.GroupLabelValue(group), LabelKind: KindPendingTombstone}); err != nil {
+		LabelDeployLease: "true", LabelGroup: leases.LabelValue(group), LabelKind: KindPendingTombstone}); err != nil {
 		return nil, fmt.Errorf("list pending tombstones of %s/%s: %w", namespace, group, err)
 	}
 	var out []*Object
@@ -421,7 +421,7 @@ func (s *Store) List(ctx context.Context, namespace, group string, fresh bool) (
 // by kind then operation; fresh reads from the API server.
 func (s *Store) ListObjects(ctx context.Context, namespace, group string, fresh bool) ([]*Object, error) {
 	sel := CacheSelector()
-	groupReq, _ := labels.NewRequirement(LabelGroup, selection.Equals, []string{leases.GroupLabelValue(group)})
+	groupReq, _ := labels.NewRequirement(LabelGroup, selection.Equals, []string{leases.LabelValue(group)})
 	sel = sel.Add(*groupReq)
 	var list coordinationv1.LeaseList
 	if err := s.reader(fresh).List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
@@ -450,7 +450,7 @@ func (s *Store) ListObjects(ctx context.Context, namespace, group string, fresh 
 func (s *Store) ListAll(ctx context.Context, namespace, group string) ([]*Object, error) {
 	var list coordinationv1.LeaseList
 	if err := s.API.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{
-		LabelDeployLease: "true", LabelGroup: leases.GroupLabelValue(group)}); err != nil {
+		LabelDeployLease: "true", LabelGroup: leases.LabelValue(group)}); err != nil {
 		return nil, fmt.Errorf("list leases of %s/%s: %w", namespace, group, err)
 	}
 	var out []*Object
