@@ -560,10 +560,18 @@ type meter struct {
 	done     chan struct{}
 	failures []string // renewals not answered 200, and transport errors
 	renewals int
-	// gap is the longest time between two renewals answered 200 (from the
-	// grant to the first), and gapEnd when it ended; lastOK is the last.
+	// gap is the longest span without a renewal answered 200 (from the
+	// grant, to the meter's stop), and gapEnd when it ended; lastOK is
+	// the last 200.
 	gap            time.Duration
 	gapEnd, lastOK time.Time
+}
+
+// endSpan ends, at now, the span without a 200 that began at lastOK.
+func (m *meter) endSpan(now time.Time) {
+	if d := now.Sub(m.lastOK); d > m.gap {
+		m.gap, m.gapEnd = d, now
+	}
 }
 
 func startMeter(t *testing.T, c *tlsClient, addr, op string) *meter {
@@ -597,9 +605,7 @@ func startMeter(t *testing.T, c *tlsClient, addr, op string) *meter {
 				continue
 			}
 			now := time.Now()
-			if d := now.Sub(m.lastOK); d > m.gap {
-				m.gap, m.gapEnd = d, now
-			}
+			m.endSpan(now)
 			m.lastOK = now
 		}
 	}()
@@ -613,6 +619,7 @@ func (m *meter) finish(t *testing.T, stalls *e2etest.StallWatch) {
 	t.Helper()
 	close(m.stop)
 	<-m.done
+	m.endSpan(time.Now()) // a span of failures that never recovered counts too
 	t.Logf("meter: %d renewals, longest span without a 200 %v (ended %s); %s", m.renewals,
 		m.gap.Round(time.Millisecond), m.gapEnd.UTC().Format("15:04:05.000"), stalls)
 	if len(m.failures) > 0 {
