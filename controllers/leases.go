@@ -32,7 +32,11 @@ import (
 // the generation moved, when the cache may not hold a lease granted just
 // before); otherwise the cache proposes and a fresh read confirms.
 func (r *GroupReconciler) reconcileLeases(ctx context.Context, g *v1.MysqlFailoverGroup, st *step, fresh bool) {
-	if err := r.bookkeep(ctx, g, fresh); err != nil {
+	recheck, err := r.bookkeep(ctx, g, fresh)
+	if st != nil && !recheck.IsZero() {
+		st.after(recheck.Sub(r.Clock.Now()))
+	}
+	if err != nil {
 		log.FromContext(ctx).Error(err, "lease bookkeeping failed; the fence still holds, retrying",
 			"retryAfter", bookkeepingRetry.String(), "topologyGeneration", g.Status.TopologyGeneration)
 		if r.Metrics != nil {
@@ -48,7 +52,10 @@ func (r *GroupReconciler) reconcileLeases(ctx context.Context, g *v1.MysqlFailov
 // revocation, an expiry, a foreign lease) is taken again from a fresh read,
 // and the writes carry the resourceVersions of that read. A routine pass
 // with nothing to do costs the API server nothing.
-func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup, fresh bool) error {
+//
+// recheck, when set, is when a fenced record that may be a grant in flight
+// is to be decided again (policy.Bookkeeping.RecheckAt).
+func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup, fresh bool) (recheck time.Time, err error) {
 	_, annotated := g.Annotations[v1.RevokeDeploymentLeasesAnnotation]
 	move := leasestore.MoveOf(g)
 	decide := func(fresh bool) (policy.Bookkeeping, map[*leases.Record]*leasestore.Object, error) {
@@ -62,13 +69,14 @@ func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup
 	}
 	d, objOf, err := decide(fresh)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	if !fresh && (annotated || len(d.Revoke) > 0 || len(d.Expire) > 0 || len(d.Foreign) > 0 || len(d.Delete) > 0) {
 		if d, objOf, err = decide(true); err != nil {
-			return err
+			return time.Time{}, err
 		}
 	}
+	recheck = d.RecheckAt
 
 	var errs []error
 	mig := migrationOf(objOf)
@@ -117,7 +125,7 @@ func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup
 	if err := r.announce(ctx, g, pending); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return recheck, errors.Join(errs...)
 }
 
 // migrationOf is the group's migration record among the records read.

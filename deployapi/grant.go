@@ -162,11 +162,11 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGro
 		// now, since nobody can read that record afterwards.
 		s.syncRun(ctx, g, target.Record)
 	}
-	var prev *leases.Record
-	if outcome == policy.OutcomeRegrant {
-		prev = target.Record
+	var replaced *leases.Record
+	if target != nil {
+		replaced = target.Record
 	}
-	if err := s.confirmGrant(ctx, g, written, prev); err != nil {
+	if err := s.confirmGrant(ctx, g, written, replaced, outcome == policy.OutcomeRegrant); err != nil {
 		return result{}, err
 	}
 	if rec.Kind == leases.KindMigration {
@@ -197,17 +197,20 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGro
 // A withdrawn new grant is deleted, not released: it never held authority,
 // and a released record would look, to the fence, like an operation that was
 // live at the move (its retry must be granted, not answered 409 revoked).
-// A withdrawn re-grant (prev, the record it replaced) puts that record back:
-// its operation still holds what it held, so the controller's revocation
-// (the move's, the annotation's) still finds it; deleting it would erase a
-// live operation. A re-grant overtaken by a move is revoked (topology_changed,
-// 409): its operation held a live lease at the old generation, which the move
-// fences.
+// The controller's bookkeeping may see it first: it deletes it too
+// (leases.WithdrawnByMove), never revokes it. A withdrawn grant that replaced
+// a record (prev: a re-grant's own record, or the ended record a take-over
+// overwrote) puts that record back: its operation still holds what it held,
+// or ended as it ended, so the controller's revocation (the move's, the
+// annotation's) still finds it; deleting it would erase a live operation, or
+// the evidence that an ended one was live at the move. A re-grant
+// (regrant) overtaken by a move is revoked (topology_changed, 409): its
+// operation held a live lease at the old generation, which the move fences.
 //
 // A grant that answers 201 (or 200) was therefore, at one instant after its
 // write, at the group's current generation and, for a hold, unopposed by a
 // planned operation.
-func (s *Server) confirmGrant(ctx context.Context, g *v1.MysqlFailoverGroup, written *leasestore.Object, prev *leases.Record) error {
+func (s *Server) confirmGrant(ctx context.Context, g *v1.MysqlFailoverGroup, written *leasestore.Object, prev *leases.Record, regrant bool) error {
 	rec := written.Record
 	fresh := &v1.MysqlFailoverGroup{}
 	if err := s.api.Get(ctx, client.ObjectKeyFromObject(g), fresh); err != nil {
@@ -217,7 +220,7 @@ func (s *Server) confirmGrant(ctx context.Context, g *v1.MysqlFailoverGroup, wri
 		return nil
 	}
 	switch {
-	case prev != nil && fresh.Status.TopologyGeneration != rec.Generation:
+	case regrant && fresh.Status.TopologyGeneration != rec.Generation:
 		rev, err := s.leases.Revoke(ctx, fresh, rec.OperationID, leases.ReasonTopologyChanged)
 		if err != nil {
 			return err

@@ -211,3 +211,35 @@ func tombOf(t *leases.Record) string {
 	}
 	return fmt.Sprintf("%s at generation %d (pending announcement %v)", t.Reason, t.Generation, t.AnnouncePending)
 }
+
+// Issue 35 ("also fix"): a take-over withdrawn because the topology moved
+// between its read of the group and its write puts back the record it
+// replaced. At e3e472e it deleted it: op-a, whose mutex lapsed after the
+// move (so the move fences it), lost its record before anything revoked it,
+// and its retry was granted at the new generation across the move.
+func TestAWithdrawnTakeOverPutsBackTheLeaseItReplaced(t *testing.T) {
+	f := newFixture(t)
+	f.grantTTL("migration", "op-a", 5, http.StatusCreated)
+	stale := f.group.DeepCopy() // generation 1
+	f.clock.Step(time.Second)
+	f.move(2)                      // op-a is live at the move
+	f.clock.Step(10 * time.Second) // and lapses after it
+	var armed atomic.Bool
+	srv := f.newServer()
+	srv.api = staleReader{Reader: env.Client, stale: stale, armed: &armed}
+	armed.Store(true)
+	r := f.doWith(srv, http.MethodPost, groupPath+"/leases", f.token, grantBody("migration", "op-b", 30))
+	if armed.Load() {
+		t.Fatal("the stale group was never read")
+	}
+	expectError(t, r, http.StatusLocked, "unstable")
+	_, rec, err := f.store.GetOwn(f.ctx, f.group, leases.KindMigration, "op-a", true)
+	if err != nil || rec == nil || rec.Generation != 1 {
+		t.Fatalf("after the withdrawn take-over op-a's record is %s (%v); want it back", stateOf(rec), err)
+	}
+	retry := f.do(http.MethodPost, groupPath+"/leases", f.token, grantBody("migration", "op-a", 30))
+	expectError(t, retry, http.StatusConflict, "revoked")
+	if retry.str("reason") != leases.ReasonTopologyChanged {
+		t.Fatalf("op-a's retry across the move: %s", retry.raw)
+	}
+}

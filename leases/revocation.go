@@ -53,6 +53,31 @@ func FencedByMove(r *Record, groupUID string, move Move, now time.Time) bool {
 	return false
 }
 
+// ConfirmWindow is how long after its grant a migration record that was
+// never renewed may still be a grant in flight: written, but not yet
+// confirmed or withdrawn by the request that wrote it. The request reads the
+// group again right after its write (milliseconds later); the window covers
+// a slow API server.
+const ConfirmWindow = 10 * time.Second
+
+// AwaitingConfirmation tells whether the migration mutex record r may still
+// be a grant in flight at now: active, never renewed since its grant, and
+// granted less than ConfirmWindow ago. Such a record may have been written
+// by a grant that read the group before a move and landed after it: it never
+// held authority, and its request withdraws it (deletes it, 423) once it
+// reads the group again, so that its retry is granted at the new generation
+// (DESIGN §5 "only authority live at the move is fenced by it"). Whoever
+// else would fence it on sight (the bookkeeping, another operation's grant)
+// waits until the window ends instead; by then a withdrawn grant is gone,
+// and a confirmed one is fenced as usual. Its own token never waits: a
+// renewal or release that presents it is fenced at once (FencedByMove and
+// the generation check), since a token is only handed out after the
+// confirming read.
+func AwaitingConfirmation(r *Record, now time.Time) bool {
+	return r != nil && r.Kind == KindMigration && r.State == StateActive && !r.RenewedAt.After(r.GrantedAt) &&
+		now.Before(r.GrantedAt.Add(ConfirmWindow))
+}
+
 // Revocation is what revoking one operation writes: its tombstone first,
 // then each of its records, revoked.
 type Revocation struct {

@@ -119,3 +119,28 @@ func TestAHoldOfAnEarlierTenureIsDead(t *testing.T) {
 		t.Errorf("deferral end without a mutex %v", end)
 	}
 }
+
+// Issue 35, item 5: a migration record that may still be a grant in flight
+// (written, not yet confirmed or withdrawn by its request).
+func TestAwaitingConfirmation(t *testing.T) {
+	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	mk := func(kind Kind, state State, granted, renewed time.Time) *Record {
+		return &Record{Kind: kind, State: state, GrantedAt: granted, RenewedAt: renewed, ExpiresAt: now.Add(time.Minute)}
+	}
+	recent := now.Add(-time.Second)
+	for name, tc := range map[string]struct {
+		rec  *Record
+		want bool
+	}{
+		"granted a second ago, never renewed":       {mk(KindMigration, StateActive, recent, recent), true},
+		"granted exactly a window ago":              {mk(KindMigration, StateActive, now.Add(-ConfirmWindow), now.Add(-ConfirmWindow)), false},
+		"renewed since its grant: it was delivered": {mk(KindMigration, StateActive, recent, now), false},
+		"released":        {mk(KindMigration, StateReleased, recent, recent), false},
+		"a failover-hold": {mk(KindFailoverHold, StateActive, recent, recent), false},
+		"nil":             {nil, false},
+	} {
+		if got := AwaitingConfirmation(tc.rec, now); got != tc.want {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
+}

@@ -34,6 +34,12 @@ type Bookkeeping struct {
 	Expire []*leases.Record
 	// Foreign lists records of a deleted group of the same name.
 	Foreign []*leases.Record
+	// RecheckAt, when set, is when a record the move fences stops
+	// AwaitingConfirmation: until then it may be a grant in flight that
+	// landed after the move it did not see, which its own request
+	// withdraws; it is revoked on a pass at or after RecheckAt if it is
+	// still there.
+	RecheckAt time.Time
 	// Delete lists failover-holds that ended (released, expired, revoked)
 	// longer ago than their ttl: nothing can still ask for them, and every
 	// answer about them stays the same without them (404 for an ended hold
@@ -63,18 +69,31 @@ func HoldForgotten(r *leases.Record, now time.Time) bool {
 // operation with a record that held authority when the topology moved
 // (leases.FencedByMove: live at the move, however it ended since) is revoked,
 // topology_changed; with the revoke annotation, every operation with a live
-// lease too, and all of them operator_revoked.
+// lease too, and all of them operator_revoked. A fenced record that may
+// still be a grant in flight (leases.AwaitingConfirmation) is left to its
+// request, and decided again at RecheckAt.
 func DecideBookkeeping(in BookkeepingInput) Bookkeeping {
 	out := Bookkeeping{Reason: leases.ReasonTopologyChanged}
 	if in.RevokeAll {
 		out.Reason = leases.ReasonOperatorRevoked
 	}
-	revoke := map[string]bool{}
+	revoke, pending := map[string]bool{}, map[string]bool{}
 	for _, r := range in.Leases {
 		switch {
 		case !r.BelongsTo(in.GroupUID):
 			out.Foreign = append(out.Foreign, r)
-		case (in.RevokeAll && r.Live(in.Now)) || leases.FencedByMove(r, in.GroupUID, leases.Move{Generation: in.Generation, At: in.MovedAt}, in.Now):
+		case in.RevokeAll && r.Live(in.Now):
+			revoke[r.OperationID] = true
+		case leases.FencedByMove(r, in.GroupUID, leases.Move{Generation: in.Generation, At: in.MovedAt}, in.Now):
+			if leases.AwaitingConfirmation(r, in.Now) {
+				// Maybe a grant that landed after the move: its request
+				// withdraws it. Decide again once the window ends.
+				if end := r.GrantedAt.Add(leases.ConfirmWindow); out.RecheckAt.IsZero() || end.Before(out.RecheckAt) {
+					out.RecheckAt = end
+				}
+				pending[r.OperationID] = true
+				continue
+			}
 			revoke[r.OperationID] = true
 		}
 	}
@@ -87,7 +106,7 @@ func DecideBookkeeping(in BookkeepingInput) Bookkeeping {
 		effective[r] = true
 	}
 	for _, r := range in.Leases {
-		if r.State == leases.StateActive && r.BelongsTo(in.GroupUID) && !effective[r] && !revoke[r.OperationID] {
+		if r.State == leases.StateActive && r.BelongsTo(in.GroupUID) && !effective[r] && !revoke[r.OperationID] && !pending[r.OperationID] {
 			out.Expire = append(out.Expire, r)
 		}
 		if r.BelongsTo(in.GroupUID) && !revoke[r.OperationID] && HoldForgotten(r, in.Now) {

@@ -26,11 +26,28 @@ func TestDecideBookkeeping(t *testing.T) {
 		wantReason           string
 		wantExpire, wantGone int
 		wantDeleted          int
+		wantRecheck          time.Time
 	}{
 		"current leases are left alone": {
 			in: BookkeepingInput{Generation: 2, Leases: []*leases.Record{at(lease(leases.KindMigration, "a", leases.StateActive, live), 2)}}},
 		"a live lease of another generation is revoked, topology_changed": {
 			in:         BookkeepingInput{Generation: 3, Leases: []*leases.Record{at(lease(leases.KindMigration, "a", leases.StateActive, live), 2)}},
+			wantRevoke: []string{"a"}, wantReason: leases.ReasonTopologyChanged},
+		// Issue 35, item 5: a record the move fences that may still be a
+		// grant in flight (never renewed, granted less than
+		// leases.ConfirmWindow ago) is left to its request, which
+		// withdraws it if it landed after the move; decided again later.
+		"a fenced record that may be a grant in flight waits for its request": {
+			in: BookkeepingInput{Generation: 3, MovedAt: t0.Add(-time.Second), Leases: []*leases.Record{
+				grantedAt(at(lease(leases.KindMigration, "a", leases.StateActive, live), 2), t0.Add(-2*time.Second))}},
+			wantRecheck: t0.Add(-2*time.Second + leases.ConfirmWindow)},
+		"once the window ends it is revoked": {
+			in: BookkeepingInput{Generation: 3, MovedAt: t0.Add(-time.Minute), Leases: []*leases.Record{
+				grantedAt(at(lease(leases.KindMigration, "a", leases.StateActive, live), 2), t0.Add(-leases.ConfirmWindow))}},
+			wantRevoke: []string{"a"}, wantReason: leases.ReasonTopologyChanged},
+		"a renewed record is revoked at once (its token was delivered)": {
+			in: BookkeepingInput{Generation: 3, MovedAt: t0.Add(-time.Second), Leases: []*leases.Record{
+				renewedAt(grantedAt(at(lease(leases.KindMigration, "a", leases.StateActive, live), 2), t0.Add(-2*time.Second)), t0.Add(-time.Second))}},
 			wantRevoke: []string{"a"}, wantReason: leases.ReasonTopologyChanged},
 		"the revoke annotation revokes every live lease, operator_revoked": {
 			in: BookkeepingInput{Generation: 2, RevokeAll: true, Leases: []*leases.Record{
@@ -72,6 +89,9 @@ func TestDecideBookkeeping(t *testing.T) {
 			got := DecideBookkeeping(tc.in)
 			if !slices.Equal(got.Revoke, tc.wantRevoke) || len(got.Expire) != tc.wantExpire || len(got.Foreign) != tc.wantGone || len(got.Delete) != tc.wantDeleted {
 				t.Fatalf("got %+v", got)
+			}
+			if !got.RecheckAt.Equal(tc.wantRecheck) {
+				t.Fatalf("recheck at %v, want %v", got.RecheckAt, tc.wantRecheck)
 			}
 			if tc.wantReason != "" && got.Reason != tc.wantReason {
 				t.Fatalf("reason %q, want %q", got.Reason, tc.wantReason)
@@ -136,3 +156,12 @@ func TestPureCoreLinksNoClient(t *testing.T) {
 		}
 	}
 }
+
+// grantedAt is r granted at at and never renewed since.
+func grantedAt(r *leases.Record, at time.Time) *leases.Record {
+	r.GrantedAt, r.RenewedAt, r.HeldSince = at, at, at
+	return r
+}
+
+// renewedAt is r renewed at at.
+func renewedAt(r *leases.Record, at time.Time) *leases.Record { r.RenewedAt = at; return r }

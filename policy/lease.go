@@ -171,6 +171,9 @@ type VerificationView struct {
 // is answered 423 only when it would otherwise have been granted. A record
 // that held authority when the topology moved is revoked first, whoever's it
 // is: a grant never overwrites the evidence that an operation was fenced.
+// While that record may still be another operation's grant in flight that
+// landed after the move (leases.AwaitingConfirmation), the answer is 423:
+// its own request withdraws it, or the window ends and it is revoked.
 func DecideGrant(in GrantInput) Decision {
 	if in.Tombstone != nil {
 		return Decision{Outcome: OutcomeRevoked, Reason: in.Tombstone.Reason}
@@ -179,6 +182,13 @@ func DecideGrant(in GrantInput) Decision {
 		return Decision{Outcome: OutcomeStaleView}
 	}
 	if m := in.Migration; leases.FencedByMove(m, in.Group.UID, in.Group.Move(), in.Now) {
+		if leases.AwaitingConfirmation(m, in.Now) && m.OperationID != in.OperationID {
+			// Maybe another operation's grant in flight that landed after
+			// the move: its request withdraws it. Neither revoked nor
+			// taken over meanwhile; ask again. (The operation's own
+			// requests come after its grant was answered: they fence it.)
+			return Decision{Outcome: OutcomeUnstable}
+		}
 		return Decision{Outcome: OutcomeRevokeStale, RevokeOperation: m.OperationID}
 	}
 	m := in.Migration

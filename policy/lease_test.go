@@ -56,6 +56,17 @@ func TestDecideGrant(t *testing.T) {
 			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Group: g, Migration: rec("a", leases.StateRevoked, 6, live)}, want: OutcomeRevoked},
 		"a live holder of an older generation is revoked first": {
 			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g, Migration: rec("a", leases.StateActive, 6, live)}, want: OutcomeRevokeStale},
+		// Issue 35, item 5: a fenced record that may be a grant in flight
+		// is neither revoked nor taken over until its window ends.
+		"a fenced record that may be a grant in flight answers unstable": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g,
+				Migration: grantedAt(rec("a", leases.StateActive, 6, live), t0.Add(-time.Second))}, want: OutcomeUnstable},
+		"the operation's own request fences its record at once": {
+			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: g,
+				Migration: grantedAt(rec("a", leases.StateActive, 6, live), t0.Add(-time.Second))}, want: OutcomeRevokeStale},
+		"a fenced record past the window is revoked first": {
+			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g,
+				Migration: grantedAt(rec("a", leases.StateActive, 6, live), t0.Add(-leases.ConfirmWindow))}, want: OutcomeRevokeStale},
 		"a grant during an unconfirmed transition is unstable": {
 			in: GrantInput{Kind: leases.KindMigration, OperationID: "a", Group: GroupView{UID: uid, Generation: 7, Transition: true}}, want: OutcomeUnstable},
 		"held beats unstable": {
@@ -179,6 +190,9 @@ func TestDecideRenew(t *testing.T) {
 		"tombstoned after another took the mutex": {
 			in:   RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: g, Tombstone: &leases.Record{Reason: leases.ReasonTopologyChanged}},
 			want: OutcomeRevoked, wantReason: leases.ReasonTopologyChanged},
+		"generation moved: a never-renewed record's own token is fenced at once": {
+			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: GroupView{UID: uid, Generation: 8},
+				Record: grantedAt(rec("a", leases.StateActive, 7, live), t0)}, want: OutcomeRevokeStale},
 		"generation moved: revoke": {
 			in: RenewInput{Kind: leases.KindMigration, OperationID: "a", Token: "tok-a", Group: GroupView{UID: uid, Generation: 8}, Record: rec("a", leases.StateActive, 7, live)}, want: OutcomeRevokeStale},
 		"transition: unstable, not renewed": {

@@ -99,7 +99,7 @@ func RunReported(st v1.DeployRunStatus, outcome leases.Outcome) (v1.DeployRunSta
 // API writes its run once a grant is confirmed, milliseconds after the
 // record, and a record younger than this may belong to a grant about to be
 // withdrawn (which leaves no run).
-const RunBackstopDelay = 10 * time.Second
+const RunBackstopDelay = leases.ConfirmWindow
 
 // RunBackstopDue tells whether the group controller may create the missing
 // DeployRun of rec at now.
