@@ -125,3 +125,61 @@ func TestTheGateClosesWhenAMigrationEndsPastItsDDLBoundaryAndOpensOnTheAnnotatio
 		})
 	}
 }
+
+// Issue 35, item 4 (DESIGN §5 "verification covers one tenure"): op-x's
+// runner dies past its DDL boundary (the lease expires: gated), a person
+// verifies op-x, op-x is re-run under the same id, reports ddl and dies
+// again. The gate closes again for the re-run, and a new operation is
+// refused. At e3e472e the verification of op-x covered the re-run too: the
+// gate stayed open and op-y was granted over a half-applied change.
+func TestARerunOfAVerifiedOperationClosesTheGateAgain(t *testing.T) {
+	f := newFixture(t, true)
+	f.settle()
+	dr := &DatabaseReconciler{Client: env.Client, Clock: f.clock, Recorder: record.NewFakeRecorder(100)}
+	req := ctrl.Request{NamespacedName: client.ObjectKey{Namespace: f.ns, Name: "counter-app"}}
+	verify := func(op string) {
+		t.Helper()
+		db := f.database()
+		patch := client.MergeFrom(db.DeepCopy())
+		metav1.SetMetaDataAnnotation(&db.ObjectMeta, v1.SchemaVerifiedAnnotation, op)
+		if err := env.Client.Patch(f.ctx, db, patch); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 2; i++ {
+			if _, err := dr.Reconcile(f.ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st := f.database().Status; st.PendingVerification != nil || st.LastVerifiedOperationID != op || st.LastVerifiedTenureStart == nil {
+			t.Fatalf("after verifying %s: %+v", op, st)
+		}
+	}
+
+	f.ddlLease("op-x", 30)
+	f.clock.Step(31 * time.Second) // the runner was SIGKILLed: its lease expires
+	f.reconcile()
+	first := f.database().Status.PendingVerification
+	if first == nil || first.OperationID != "op-x" || first.TenureStart == nil {
+		t.Fatalf("first run: pendingVerification %+v", first)
+	}
+	verify("op-x")
+
+	// The re-run of op-x takes the lapsed mutex over: a new tenure.
+	f.clock.Step(time.Second)
+	f.ddlLease("op-x", 30)
+	f.clock.Step(31 * time.Second)
+	f.reconcile()
+	again := f.database().Status.PendingVerification
+	if again == nil || again.OperationID != "op-x" || again.TenureStart == nil || !again.TenureStart.After(first.TenureStart.Time) {
+		t.Fatalf("the re-run past its DDL boundary left the gate %+v; want it closed for the re-run's tenure", again)
+	}
+	if r := f.call(http.MethodPost, "/leases", map[string]any{"kind": "migration", "operationId": "op-y", "instance": "counter-app"}); r.status != http.StatusConflict || r.body["error"] != "verification_required" {
+		t.Fatalf("a new operation after the re-run's loss: %d %v, want 409 verification_required", r.status, r.body)
+	}
+	verify("op-x")
+	f.reconcile()
+	if p := f.database().Status.PendingVerification; p != nil {
+		t.Fatalf("the verified re-run gated again: %+v", p)
+	}
+	f.grant("migration", "op-y", 30)
+}

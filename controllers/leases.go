@@ -184,7 +184,7 @@ func (r *GroupReconciler) closeGate(ctx context.Context, g *v1.MysqlFailoverGrou
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: m.Instance}, db); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if policy.GateRecorded(&db.Status, m.OperationID) {
+	if policy.GateRecorded(&db.Status, m) {
 		return nil
 	}
 	if _, err := gate.Close(ctx, r.API, r.Client, g.Namespace, m, now); err != nil {

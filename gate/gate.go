@@ -74,7 +74,7 @@ func View(ctx context.Context, api client.Reader, namespace, instance string, m 
 				return out, err
 			}
 		}
-		out.MigrationRecorded = other == nil || policy.GateRecorded(&other.Status, m.OperationID)
+		out.MigrationRecorded = other == nil || policy.GateRecorded(&other.Status, m)
 	}
 	return out, nil
 }

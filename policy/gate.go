@@ -28,10 +28,20 @@ const (
 )
 
 // GateRecorded tells whether a database's status already accounts for the
-// unconfirmed DDL of operation op: some operation is pending verification
-// (the gate is closed), or op is the one a person last verified.
-func GateRecorded(st *v1.MysqlDatabaseStatus, op string) bool {
-	return st.PendingVerification != nil || st.LastVerifiedOperationID == op
+// unconfirmed DDL of rec's tenure: some operation is pending verification
+// (the gate is closed), or rec's tenure is the one a person last verified.
+// Verification covers one tenure (DESIGN §5): a re-run of a verified
+// operation id is a new tenure (a new grant), which it does not cover. A
+// status written before tenures were recorded (no
+// LastVerifiedTenureStart) covers the operation id's record as it stands.
+func GateRecorded(st *v1.MysqlDatabaseStatus, rec *leases.Record) bool {
+	if st.PendingVerification != nil {
+		return true
+	}
+	if rec == nil || st.LastVerifiedOperationID != rec.OperationID {
+		return false
+	}
+	return st.LastVerifiedTenureStart == nil || st.LastVerifiedTenureStart.Time.Equal(tenureStart(rec))
 }
 
 // VerificationPending is the operation a database waits on, and the
@@ -47,12 +57,12 @@ func VerificationPending(st *v1.MysqlDatabaseStatus) (op string, generation int6
 // and the condition True; changed is false when the status already
 // accounts for it (GateRecorded) or rec has no unconfirmed DDL.
 func CloseGate(st v1.MysqlDatabaseStatus, rec *leases.Record, observedGeneration int64, now time.Time) (next v1.MysqlDatabaseStatus, changed bool) {
-	if !rec.UnconfirmedDDL(now) || GateRecorded(&st, rec.OperationID) {
+	if !rec.UnconfirmedDDL(now) || GateRecorded(&st, rec) {
 		return st, false
 	}
 	next = *st.DeepCopy()
 	p := &v1.SchemaVerification{OperationID: rec.OperationID, TopologyGeneration: rec.Generation,
-		Ended: string(rec.EndedAs()), Since: metav1.NewTime(now)}
+		TenureStart: microTime(tenureStart(rec)), Ended: string(rec.EndedAs()), Since: metav1.NewTime(now)}
 	if rec.State == leases.StateRevoked {
 		p.Reason = rec.Reason
 	}
@@ -89,6 +99,7 @@ func OpenGate(st v1.MysqlDatabaseStatus, annotation string, present bool, observ
 		next := *st.DeepCopy()
 		next.PendingVerification = nil
 		next.LastVerifiedOperationID = annotation
+		next.LastVerifiedTenureStart = p.TenureStart.DeepCopy()
 		meta.SetStatusCondition(&next.Conditions, metav1.Condition{Type: ConditionSchemaVerificationRequired, Status: metav1.ConditionFalse,
 			Reason: ReasonVerified, ObservedGeneration: observedGeneration, LastTransitionTime: metav1.NewTime(now),
 			Message: fmt.Sprintf("migration %s verified by a person", annotation)})

@@ -27,6 +27,10 @@ func TestCloseGate(t *testing.T) {
 		"one that ended before its boundary does not":                {rec: rec("a", leases.StateReleased, 7, live)},
 		"one already verified does not close it again":               {st: v1.MysqlDatabaseStatus{LastVerifiedOperationID: "a"}, rec: ddl(rec("a", leases.StateReleased, 7, live))},
 		"a gate already closed keeps its operation":                  {st: pending, rec: ddl(rec("a", leases.StateReleased, 7, live))},
+		// Issue 35, item 4: verification covers one tenure.
+		"the verified tenure does not close it again": {st: verifiedTenure("a", t0.Add(-time.Hour)), rec: tenureOf(ddl(rec("a", leases.StateReleased, 7, live)), t0.Add(-time.Hour))},
+		"a later tenure of the verified operation id closes it again": {st: verifiedTenure("a", t0.Add(-time.Hour)),
+			rec: tenureOf(ddl(rec("a", leases.StateReleased, 7, live)), t0.Add(-time.Minute)), changed: true, wantEnded: "released"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -55,6 +59,42 @@ func TestCloseGate(t *testing.T) {
 }
 
 func revokedFor(r *leases.Record, reason string) *leases.Record { r.Reason = reason; return r }
+
+// tenureOf is r with its tenure begun (and granted) at at.
+func tenureOf(r *leases.Record, at time.Time) *leases.Record {
+	r.HeldSince, r.GrantedAt = at, at
+	return r
+}
+
+// verifiedTenure is a status whose gate a person opened for op's tenure
+// begun at start.
+func verifiedTenure(op string, start time.Time) v1.MysqlDatabaseStatus {
+	return v1.MysqlDatabaseStatus{LastVerifiedOperationID: op, LastVerifiedTenureStart: microTime(start)}
+}
+
+// Issue 35, item 4: op X's runner dies past mark-ddl (gated), a person
+// verifies X, X is re-run under the same id and dies past mark-ddl again:
+// the gate closes again. At e3e472e the verification of X covered every
+// later tenure of X, and a new operation ran over a half-applied change.
+func TestVerificationCoversOneTenure(t *testing.T) {
+	first := tenureOf(ddl(rec("x", leases.StateActive, 7, t0.Add(-time.Second))), t0.Add(-time.Hour))
+	closed, changed := CloseGate(v1.MysqlDatabaseStatus{}, first, 1, t0)
+	if !changed || closed.PendingVerification.TenureStart == nil || !closed.PendingVerification.TenureStart.Time.Equal(t0.Add(-time.Hour)) {
+		t.Fatalf("first tenure's gate: %+v", closed.PendingVerification)
+	}
+	v := OpenGate(closed, "x", true, 1, t0.Add(time.Minute))
+	if !v.Opened || v.Status.LastVerifiedTenureStart == nil || !v.Status.LastVerifiedTenureStart.Time.Equal(t0.Add(-time.Hour)) {
+		t.Fatalf("verified: %+v", v.Status)
+	}
+	if _, changed := CloseGate(v.Status, first, 1, t0.Add(2*time.Minute)); changed {
+		t.Fatal("the verified tenure's record closed the gate again")
+	}
+	rerun := tenureOf(ddl(rec("x", leases.StateActive, 7, t0.Add(3*time.Minute))), t0.Add(2*time.Minute))
+	again, changed := CloseGate(v.Status, rerun, 1, t0.Add(4*time.Minute))
+	if !changed || again.PendingVerification.OperationID != "x" || !again.PendingVerification.TenureStart.Time.Equal(t0.Add(2*time.Minute)) {
+		t.Fatalf("the re-run's gate: changed %v %+v", changed, again.PendingVerification)
+	}
+}
 
 func TestOpenGate(t *testing.T) {
 	closed, _ := CloseGate(v1.MysqlDatabaseStatus{}, ddl(rec("a", leases.StateReleased, 7, t0)), 1, t0.Add(time.Second))

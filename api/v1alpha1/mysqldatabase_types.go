@@ -81,10 +81,19 @@ type MysqlDatabaseStatus struct {
 	// +optional
 	PendingVerification *SchemaVerification `json:"pendingVerification,omitempty"`
 
-	// LastVerifiedOperationID is the operation a person last verified: its
-	// ended record no longer gates this database.
+	// LastVerifiedOperationID is the operation a person last verified: the
+	// ended record of its verified tenure (LastVerifiedTenureStart) no
+	// longer gates this database. A later tenure of the same operation id
+	// that ends past its DDL boundary closes the gate again.
 	// +optional
 	LastVerifiedOperationID string `json:"lastVerifiedOperationId,omitempty"`
+
+	// LastVerifiedTenureStart is when the verified tenure of
+	// LastVerifiedOperationID began (its grant). Unset on a status written
+	// before this field existed: the verification then covers the
+	// operation id's record as it stands.
+	// +optional
+	LastVerifiedTenureStart *metav1.MicroTime `json:"lastVerifiedTenureStart,omitempty"`
 }
 
 // SchemaVerification is a migration operation whose schema change may be
@@ -94,6 +103,10 @@ type SchemaVerification struct {
 	OperationID string `json:"operationId"`
 	// TopologyGeneration the operation was granted under.
 	TopologyGeneration int64 `json:"topologyGeneration"`
+	// TenureStart is when the gated tenure of the operation began (its
+	// grant): a verification covers this tenure only.
+	// +optional
+	TenureStart *metav1.MicroTime `json:"tenureStart,omitempty"`
 	// Ended is how the operation's lease ended: revoked, expired or
 	// released.
 	Ended string `json:"ended"`
