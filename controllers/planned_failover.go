@@ -46,15 +46,30 @@ func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *v1.My
 		return err
 	}
 	if ok, reason, msg := r.fenceOthers(ctx, g, sites, v1.OperationPlannedFailover, req.ID, target, st); !ok {
-		r.releaseReservation(g, v1.OperationPlannedFailover)
-		pf().Phase, pf().Reason = v1.PlannedFailoverPhaseAdmitting, reason
-		pf().Admission = &v1.Admission{Message: msg}
+		r.plannedWaits(g, reason, msg)
 		return nil
 	}
 	pf().Phase, pf().Reason, pf().Admission = v1.PlannedFailoverPhasePromoting, "", nil
 	held, reason := policy.AutomaticFailoverHeld(pf())
 	setCondition(g, v1.ConditionAutomaticFailoverHeld, held, reason, "planned failover "+req.ID+" is moving the primary", r.now())
 	return r.promote(ctx, g, v1.OperationPlannedFailover, target)
+}
+
+// plannedWaits returns the planned failover to Admitting, waiting for its
+// sites with reason and msg, its reservation released: after a fence that
+// failed before its transition was written (fenceOthers), and after its
+// transition was rolled back because a site could not be fenced
+// (readmitOperation). It then holds nothing: not the emergency path, and no
+// hold grant.
+func (r *GroupReconciler) plannedWaits(g *v1.MysqlFailoverGroup, reason, msg string) {
+	pf := g.Status.PlannedFailover
+	if pf == nil {
+		return
+	}
+	r.releaseReservation(g, v1.OperationPlannedFailover)
+	pf.Phase, pf.Reason, pf.Admission = v1.PlannedFailoverPhaseAdmitting, reason, &v1.Admission{Message: msg}
+	held, why := policy.AutomaticFailoverHeld(pf)
+	setCondition(g, v1.ConditionAutomaticFailoverHeld, held, why, "", r.now())
 }
 
 func (r *GroupReconciler) completePlanned(ctx context.Context, g *v1.MysqlFailoverGroup, reason string) error {

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -31,11 +32,8 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 		in.ActiveUnreachableSince = r.Prober.DeadSince(g, g.Status.ActiveSite)
 	}
 	if t := g.Status.Transition; t != nil {
-		in.Transition = &policy.Transition{TargetSite: t.TargetSite, StartedAt: t.StartedAt.Time,
-			Failures: t.Failures, Bootstrap: t.Operation == v1.OperationBootstrap}
-		if t.FailingSince != nil {
-			in.Transition.FailingSince = t.FailingSince.Time
-		}
+		pt := transitionInput(t)
+		in.Transition = &pt
 	}
 	d := policy.DecideTopology(in)
 	st.after(d.RequeueAfter)
@@ -54,7 +52,7 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 	case policy.ActionResume:
 		return true, r.promote(ctx, g, g.Status.Transition.Operation, d.Site)
 	case policy.ActionRollBack:
-		return true, r.rollBack(ctx, g, d.Reason)
+		return true, r.rollBack(ctx, g, d)
 	case policy.ActionBootstrap:
 		return true, r.promote(ctx, g, v1.OperationBootstrap, d.Site)
 	case policy.ActionFence:
@@ -107,12 +105,30 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 	return false, nil
 }
 
+// transitionInput is what policy needs of status.transition.
+func transitionInput(t *v1.TopologyTransition) policy.Transition {
+	pt := policy.Transition{TargetSite: t.TargetSite, StartedAt: t.StartedAt.Time, Failures: t.Failures,
+		Bootstrap: t.Operation == v1.OperationBootstrap, Planned: plannedTransition(t.Operation)}
+	if t.FailingSince != nil {
+		pt.FailingSince = t.FailingSince.Time
+	}
+	return pt
+}
+
+// plannedTransition tells whether op's promotion is a planned one: it fences
+// and confirms every other site first, and skips none.
+func plannedTransition(op v1.OperationName) bool {
+	return op != v1.OperationEmergencyFailover && op != v1.OperationBootstrap
+}
+
 // promote is the one way the active site changes. It announces the change in
 // status.transition (the deployment API answers 423 from then on), acts on
 // the data plane, then writes activeSite and topologyGeneration+1 in one
 // status update, clears the transition, and revokes the leases the new
 // generation fences. Re-entered after a crash, it resumes from the
 // persisted transition; Driver.Promote is idempotent. A failed attempt is
+// decided on at once (policy.DecidePromoteFailure): a planned one that could
+// not fence another site is rolled back in the same reconcile; any other is
 // counted in the transition, so policy.DecideTopology can roll it back.
 func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup, op v1.OperationName, target string) error {
 	if g.Status.Transition == nil {
@@ -123,23 +139,11 @@ func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup,
 		}
 	}
 	t := *g.Status.Transition
-	planned := t.Operation != v1.OperationEmergencyFailover && t.Operation != v1.OperationBootstrap
 	// A planned promotion (every attempt, a resumed one included) fences
 	// and confirms every other site inside Driver.Promote and fails on one
-	// it cannot reach: a failure counts like any failed promotion.
-	if err := r.driver().Promote(ctx, g, t.TargetSite, t.Generation, planned); err != nil {
-		err = fmt.Errorf("%s: promote %s: %w", t.Operation, t.TargetSite, err)
-		tr := g.Status.Transition
-		if tr.FailingSince == nil {
-			now := r.now()
-			tr.FailingSince = &now
-		}
-		tr.Failures++
-		tr.LastError = err.Error()
-		if werr := r.writeStatus(ctx, g); werr != nil {
-			return fmt.Errorf("%w (and recording the failure: %w)", err, werr)
-		}
-		return err
+	// it cannot reach.
+	if err := r.driver().Promote(ctx, g, t.TargetSite, t.Generation, plannedTransition(t.Operation)); err != nil {
+		return r.promoteFailed(ctx, g, fmt.Errorf("%s: promote %s: %w", t.Operation, t.TargetSite, err))
 	}
 	g.Status.ActiveSite = t.TargetSite
 	g.Status.TopologyGeneration = t.Generation
@@ -162,21 +166,77 @@ func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup,
 	return nil
 }
 
-// rollBack gives up a transition whose promotion keeps failing. The target
-// is fenced read-only first: if that fails, the transition stays and nothing
-// is reopened. Only then is the transition cleared, so the safety paths may
-// reassert the old primary; the operation that asked for it fails. The
-// generation does not move: no site became authoritative.
-func (r *GroupReconciler) rollBack(ctx context.Context, g *v1.MysqlFailoverGroup, why string) error {
+// promoteFailed records the failed attempt err in the transition and asks
+// policy what it leads to. A planned transition that could not fence and
+// confirm another site (a topology.UnreachableError naming it) is rolled
+// back now: a planned operation never waits inside a persisted transition,
+// where it would hold emergency failover. If that rollback cannot fence the
+// target, the failure is recorded and the transition stays. Otherwise the
+// failure is persisted and returned.
+func (r *GroupReconciler) promoteFailed(ctx context.Context, g *v1.MysqlFailoverGroup, err error) error {
+	tr := g.Status.Transition
+	if tr.FailingSince == nil {
+		now := r.now()
+		tr.FailingSince = &now
+	}
+	tr.Failures++
+	tr.LastError = err.Error()
+	var unfenced string
+	if ue := (*topology.UnreachableError)(nil); errors.As(err, &ue) {
+		unfenced = ue.Site
+	}
+	if d := policy.DecidePromoteFailure(transitionInput(tr), unfenced); d.Action == policy.ActionRollBack {
+		rerr := r.rollBack(ctx, g, d) // one status write: the failure is in the Event
+		if rerr == nil {
+			return nil
+		}
+		if g.Status.Transition == nil { // fenced, but the write failed: the next reconcile decides again
+			return rerr
+		}
+		err = fmt.Errorf("%w (and rolling back: %w)", err, rerr)
+	}
+	if werr := r.writeStatus(ctx, g); werr != nil {
+		return fmt.Errorf("%w (and recording the failure: %w)", err, werr)
+	}
+	return err
+}
+
+// rollBack gives up a transition (d.Action is policy.ActionRollBack). The
+// target is fenced read-only first: if that fails, the transition stays and
+// nothing is reopened. Only then is the transition cleared, so the safety
+// paths may reassert the old primary, or, if it is lost, promote past it
+// after the detection budget. The operation that asked for it fails or,
+// with d.Readmit (a planned transition that could not fence another site),
+// waits for its sites again. The generation does not move: no site became
+// authoritative.
+func (r *GroupReconciler) rollBack(ctx context.Context, g *v1.MysqlFailoverGroup, d policy.TopologyDecision) error {
 	t := *g.Status.Transition
 	if err := r.driver().Fence(ctx, g, t.TargetSite); err != nil {
 		return fmt.Errorf("roll back %s: fence target %s: %w", t.Operation, t.TargetSite, err)
 	}
 	g.Status.Transition = nil
-	r.failOperation(g, t.Operation, "PromotionRolledBack")
+	if d.Readmit {
+		r.readmitOperation(g, t.Operation, d.Reason)
+	} else {
+		r.failOperation(g, t.Operation, "PromotionRolledBack")
+	}
 	if err := r.writeStatus(ctx, g); err != nil {
 		return err
 	}
-	EventTransitionRolledBack.emit(r.Recorder, g, t.Operation, t.TargetSite, why+"; last error: "+t.LastError)
+	EventTransitionRolledBack.emit(r.Recorder, g, t.Operation, t.TargetSite, d.Reason+"; last error: "+t.LastError)
 	return nil
+}
+
+// readmitOperation returns the operation whose planned transition was rolled
+// back to wait for its sites, where a fence that fails before its transition
+// is written leaves it (controllers.fenceOthers): a planned failover goes
+// back to Admitting, reason policy.WaitSiteUnreachable, msg its message,
+// its reservation released. An ordered update (FailingOver) and a
+// restore-in-place (Promoting) already are in the phase in which they fence
+// the other sites before they write a transition, and keep their
+// reservation while they wait.
+func (r *GroupReconciler) readmitOperation(g *v1.MysqlFailoverGroup, name v1.OperationName, msg string) {
+	if name == v1.OperationPlannedFailover {
+		r.plannedWaits(g, policy.WaitSiteUnreachable, msg)
+	}
 }

@@ -19,7 +19,8 @@ const (
 	ActionResume
 	// ActionRollBack gives up the transition to Site: fence Site read-only
 	// first, and only then clear the transition (and so let the old primary
-	// be reasserted).
+	// be reasserted, or the emergency path decide). The operation that asked
+	// for it fails, or, with Readmit, waits for its sites again.
 	ActionRollBack
 	// ActionBootstrap records the first confirmed primary (generation 1).
 	ActionBootstrap
@@ -76,6 +77,12 @@ type Transition struct {
 	// Bootstrap transitions are never rolled back: the target is the only
 	// writable site, and fencing it would leave the group with none.
 	Bootstrap bool
+	// Planned: the transition of a planned operation (planned failover,
+	// ordered update, restore-in-place), whose promotion fences and
+	// confirms every other site first and skips none. It never waits inside
+	// its transition: when another site cannot be fenced, it is rolled back
+	// at once (ActionRollBack with Readmit), and the emergency path decides.
+	Planned bool
 }
 
 // MinPromoteFailures is how many promotion attempts must fail before a
@@ -92,7 +99,13 @@ type TopologyDecision struct {
 	// first failed probe of the current run when known (else Now), rounded
 	// up to the second the status stores.
 	LostAt time.Time
-	Reason string
+	// Readmit, for ActionRollBack: the operation that asked for the
+	// transition is not failed; it waits for its sites again, as it does
+	// when a fence fails before its transition is written (a planned
+	// failover returns to Admitting, reason WaitSiteUnreachable, with
+	// Reason as its message).
+	Readmit bool
+	Reason  string
 }
 
 // DecideTopology picks the next safety step.
@@ -101,13 +114,24 @@ type TopologyDecision struct {
 // it is rolled back with its target fenced before anything else (the old
 // primary included) is made writable again (ActionRollBack). While its
 // target cannot be reached, nothing is reopened: the group waits, NoPrimary.
+// A planned transition never waits for another site: one the probe finds
+// unreachable (so the planned promotion, which skips no site, cannot fence
+// it) rolls it back at once, and the emergency path decides from then on.
+// An emergency transition is retried, and rolled back only after
+// MinPromoteFailures failures over PromoteTimeout.
 func DecideTopology(in TopologyInput) TopologyDecision {
 	if t := in.Transition; t != nil {
 		target := findSite(in.Sites, t.TargetSite)
+		var lost string // a site a planned promotion cannot fence
+		if t.Planned {
+			lost = unreachableOther(in.Sites, t.TargetSite)
+		}
 		switch {
 		case target == nil || !target.Reachable:
 			return TopologyDecision{Action: ActionNone, RequeueAfter: 5 * time.Second,
 				Reason: fmt.Sprintf("transition to %s waits for its target: no site is reopened until %s is promoted or fenced", t.TargetSite, t.TargetSite)}
+		case lost != "":
+			return rollBackPlanned(*t, lost, "is unreachable")
 		case !t.Bootstrap && t.Failures >= MinPromoteFailures && !t.FailingSince.IsZero() && in.Now.Sub(t.FailingSince) >= in.PromoteTimeout:
 			return TopologyDecision{Action: ActionRollBack, Site: t.TargetSite,
 				Reason: fmt.Sprintf("promotion of %s failed %d times over %s", t.TargetSite, t.Failures, in.Now.Sub(t.FailingSince).Round(time.Second))}
@@ -181,6 +205,41 @@ func DecideTopology(in TopologyInput) TopologyDecision {
 		}
 	}
 	return TopologyDecision{Action: ActionNone}
+}
+
+// DecidePromoteFailure decides after a failed attempt to promote the
+// persisted transition t. unfenced is the site other than t's target that
+// the attempt could not fence and confirm read-only (the site a
+// topology.UnreachableError names), "" when the attempt failed otherwise.
+// A planned transition that could not fence another site is rolled back at
+// once (ActionRollBack with Readmit): planned work never holds emergency
+// failover for the promote timeout. Anything else is ActionNone: the
+// failure is counted in the transition, and DecideTopology resumes it or,
+// after MinPromoteFailures failures over PromoteTimeout, rolls it back.
+func DecidePromoteFailure(t Transition, unfenced string) TopologyDecision {
+	if t.Planned && unfenced != "" && unfenced != t.TargetSite {
+		return rollBackPlanned(t, unfenced, "could not be fenced and confirmed read-only")
+	}
+	return TopologyDecision{Action: ActionNone}
+}
+
+// rollBackPlanned rolls back planned transition t at once because site,
+// which its promotion must fence first, what.
+func rollBackPlanned(t Transition, site, what string) TopologyDecision {
+	return TopologyDecision{Action: ActionRollBack, Site: t.TargetSite, Readmit: true,
+		Reason: fmt.Sprintf("site %s %s during the planned promotion of %s: a planned operation never waits inside a persisted transition, so it is rolled back (%s fenced read-only) and the operation waits for its sites again; if %s stays unreachable, the emergency path decides after its detection budget",
+			site, what, t.TargetSite, t.TargetSite, site)}
+}
+
+// unreachableOther is the first site but target, in spec order, that the
+// probe found unreachable; "" when none.
+func unreachableOther(sites []topology.SiteState, target string) string {
+	for _, s := range sites {
+		if s.Name != target && !s.Reachable {
+			return s.Name
+		}
+	}
+	return ""
 }
 
 // BestSite is the one rule for choosing a site to promote: the reachable

@@ -1,6 +1,7 @@
 // Package memory is a simulated topology driver: sites are records in
 // memory, promotion flips flags. It is for tests and demonstrations only and
-// moves no data. Tests steer it with Kill, Revive and SetLag.
+// moves no data. Tests steer it with Kill, Hang, HangInPromote, Revive and
+// SetLag.
 package memory
 
 import (
@@ -38,6 +39,9 @@ type Driver struct {
 
 	mu    sync.Mutex
 	sites map[string]*site
+	// hangInPromote: per group (namespace/name), the site its next
+	// Promote finds hung after opening its target (HangInPromote).
+	hangInPromote map[string]string
 	// Calls records every action, for assertions ("promote iad 2").
 	Calls []string
 }
@@ -81,6 +85,23 @@ func (d *Driver) Kill(g *v1.MysqlFailoverGroup, name string) {
 // fails at once.
 func (d *Driver) Hang(g *v1.MysqlFailoverGroup, name string) {
 	d.with(g, name, func(s *site) { s.reachable, s.hung = false, true })
+}
+
+// HangInPromote makes site, another site of g, hang in the middle of g's
+// next Promote (simulated): that promotion passes its fence (a planned one
+// found every site reachable) and opens its target, as the SQL driver does
+// before it points the other sites at the new primary; then site hangs, as
+// a primary paused (SIGSTOP) or cut off at that moment does. site keeps its
+// flags and answers nothing from then on (Hang), and the call waits
+// HangCost and fails with a *topology.UnreachableError naming site, the
+// target left writable. One promotion spends it.
+func (d *Driver) HangInPromote(g *v1.MysqlFailoverGroup, site string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.hangInPromote == nil {
+		d.hangInPromote = map[string]string{}
+	}
+	d.hangInPromote[g.Namespace+"/"+g.Name] = site
 }
 
 // Revive makes a site reachable again, as it was when killed or hung.
@@ -187,16 +208,37 @@ func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target s
 			return &topology.UnreachableError{Site: sp.Name, Err: fmt.Errorf("simulated site hung")}
 		}
 	}
+	hung, err := d.promote(g, target, generation, planned)
+	if err != nil || hung == "" {
+		return err
+	}
+	d.hang(ctx)
+	return &topology.UnreachableError{Site: hung, Err: fmt.Errorf("simulated site hung while %s was being promoted", target)}
+}
+
+// promote is Promote's change of the flags, with d.mu held. It returns the
+// site a HangInPromote hung after target was opened; "" when none.
+func (d *Driver) promote(g *v1.MysqlFailoverGroup, target string, generation int64, planned bool) (hung string, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	t, ok := d.sites[key(g, target)]
 	if !ok || !t.reachable {
-		return fmt.Errorf("promote %s: site unreachable", target)
+		return "", fmt.Errorf("promote %s: site unreachable", target)
 	}
 	if planned {
 		if err := d.fenceOthers(g, target); err != nil {
-			return err
+			return "", err
 		}
+	}
+	gk := g.Namespace + "/" + g.Name
+	if hung = d.hangInPromote[gk]; hung != "" {
+		delete(d.hangInPromote, gk)
+		t.writable, t.replicating, t.lag, t.generation = true, false, 0, generation
+		if s, ok := d.sites[key(g, hung)]; ok {
+			s.reachable, s.hung = false, true
+		}
+		d.Calls = append(d.Calls, fmt.Sprintf("promote %s %d planned=%v interrupted: %s hung", target, generation, planned, hung))
+		return hung, nil
 	}
 	for _, sp := range g.Spec.Sites {
 		s, ok := d.sites[key(g, sp.Name)]
@@ -207,7 +249,7 @@ func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target s
 	}
 	t.writable, t.replicating, t.lag, t.generation = true, false, 0, generation
 	d.Calls = append(d.Calls, fmt.Sprintf("promote %s %d planned=%v", target, generation, planned))
-	return nil
+	return "", nil
 }
 
 // act applies f to a reachable site and records call.
