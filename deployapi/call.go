@@ -206,7 +206,7 @@ func refusal(d policy.Decision, generation int64) *apiError {
 		return errTokenMismatch
 	case policy.OutcomeNotFound:
 		return errNotFound
-	case policy.OutcomeUnstable:
+	case policy.OutcomeUnstable, policy.OutcomeGrantInFlight:
 		return errUnstable()
 	case policy.OutcomeDeferralBudgetExhausted:
 		return errDeferralBudgetExhausted()
@@ -223,7 +223,8 @@ func refusal(d policy.Decision, generation int64) *apiError {
 func confirmedOnly(o policy.LeaseOutcome) bool {
 	switch o {
 	case policy.OutcomeHeld, policy.OutcomeMigrationNotHeld, policy.OutcomeRevoked,
-		policy.OutcomeTokenMismatch, policy.OutcomeNotFound, policy.OutcomeNothingToRelease, policy.OutcomeVerificationRequired:
+		policy.OutcomeTokenMismatch, policy.OutcomeNotFound, policy.OutcomeNothingToRelease, policy.OutcomeVerificationRequired,
+		policy.OutcomeGrantInFlight:
 		return true
 	}
 	return false

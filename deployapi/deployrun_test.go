@@ -10,6 +10,7 @@ import (
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployrun"
+	"github.com/shipstream/bloodraven/leases"
 )
 
 // run reads the DeployRun of op, failing the test when there is none.
@@ -135,8 +136,11 @@ func TestAReportAfterAnotherOperationTookTheMutexGoesToTheRun(t *testing.T) {
 	f := newFixture(t)
 	g := f.grant("migration", "op-1", http.StatusCreated)
 	f.move(2)
-	// op-2 takes the mutex: op-1 is revoked first (its tombstone keeps its
-	// token's hash), then its record is replaced.
+	// Past the window in which op-1's record could still be a grant in
+	// flight (leases.ConfirmWindow), op-2 takes the mutex: op-1 is revoked
+	// first (its tombstone keeps its token's hash), then its record is
+	// replaced.
+	f.clock.Step(leases.ConfirmWindow)
 	f.grant("migration", "op-2", http.StatusCreated)
 	expectRun(t, f.run("op-1"), v1.DeployRunRevoked, "pre-ddl", v1.LeaseRevoked)
 

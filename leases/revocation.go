@@ -61,8 +61,9 @@ func FencedByMove(r *Record, groupUID string, move Move, now time.Time) bool {
 const ConfirmWindow = 10 * time.Second
 
 // AwaitingConfirmation tells whether the migration mutex record r may still
-// be a grant in flight at now: active, never renewed since its grant, and
-// granted less than ConfirmWindow ago. Such a record may have been written
+// be a grant in flight at now: active, never renewed since its grant (no
+// later renewal time, no phase reported), and granted less than
+// ConfirmWindow ago. Such a record may have been written
 // by a grant that read the group before a move and landed after it: it never
 // held authority, and its request withdraws it (deletes it, 423) once it
 // reads the group again, so that its retry is granted at the new generation
@@ -75,7 +76,7 @@ const ConfirmWindow = 10 * time.Second
 // confirming read.
 func AwaitingConfirmation(r *Record, now time.Time) bool {
 	return r != nil && r.Kind == KindMigration && r.State == StateActive && !r.RenewedAt.After(r.GrantedAt) &&
-		now.Before(r.GrantedAt.Add(ConfirmWindow))
+		r.Phase == "" && now.Before(r.GrantedAt.Add(ConfirmWindow))
 }
 
 // Revocation is what revoking one operation writes: its tombstone first,

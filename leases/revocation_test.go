@@ -135,9 +135,10 @@ func TestAwaitingConfirmation(t *testing.T) {
 		"granted a second ago, never renewed":       {mk(KindMigration, StateActive, recent, recent), true},
 		"granted exactly a window ago":              {mk(KindMigration, StateActive, now.Add(-ConfirmWindow), now.Add(-ConfirmWindow)), false},
 		"renewed since its grant: it was delivered": {mk(KindMigration, StateActive, recent, now), false},
-		"released":        {mk(KindMigration, StateReleased, recent, recent), false},
-		"a failover-hold": {mk(KindFailoverHold, StateActive, recent, recent), false},
-		"nil":             {nil, false},
+		"released":                        {mk(KindMigration, StateReleased, recent, recent), false},
+		"a phase reported (by a renewal)": {func() *Record { r := mk(KindMigration, StateActive, recent, recent); r.Phase = PhaseDDL; return r }(), false},
+		"a failover-hold":                 {mk(KindFailoverHold, StateActive, recent, recent), false},
+		"nil":                             {nil, false},
 	} {
 		if got := AwaitingConfirmation(tc.rec, now); got != tc.want {
 			t.Errorf("%s: %v, want %v", name, got, tc.want)

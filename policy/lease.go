@@ -57,6 +57,11 @@ const (
 	// gate is closed, or a re-grant of an operation whose record says ddl
 	// (409 verification_required).
 	OutcomeVerificationRequired
+	// OutcomeGrantInFlight: the migration mutex holds another operation's
+	// record that the move fences but that may still be a grant in flight
+	// (leases.AwaitingConfirmation): answered 423 like OutcomeUnstable,
+	// nothing written, and only once confirmed on fresh reads.
+	OutcomeGrantInFlight
 	// OutcomeDeferralBudgetExhausted: a failover-hold grant that would
 	// succeed while a planned operation's deferral budget is spent and the
 	// operation has not run yet (409 deferral_budget_exhausted).
@@ -187,7 +192,7 @@ func DecideGrant(in GrantInput) Decision {
 			// the move: its request withdraws it. Neither revoked nor
 			// taken over meanwhile; ask again. (The operation's own
 			// requests come after its grant was answered: they fence it.)
-			return Decision{Outcome: OutcomeUnstable}
+			return Decision{Outcome: OutcomeGrantInFlight}
 		}
 		return Decision{Outcome: OutcomeRevokeStale, RevokeOperation: m.OperationID}
 	}

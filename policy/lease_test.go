@@ -58,9 +58,9 @@ func TestDecideGrant(t *testing.T) {
 			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g, Migration: rec("a", leases.StateActive, 6, live)}, want: OutcomeRevokeStale},
 		// Issue 35, item 5: a fenced record that may be a grant in flight
 		// is neither revoked nor taken over until its window ends.
-		"a fenced record that may be a grant in flight answers unstable": {
+		"a fenced record that may be a grant in flight answers 423": {
 			in: GrantInput{Kind: leases.KindMigration, OperationID: "b", Group: g,
-				Migration: grantedAt(rec("a", leases.StateActive, 6, live), t0.Add(-time.Second))}, want: OutcomeUnstable},
+				Migration: grantedAt(rec("a", leases.StateActive, 6, live), t0.Add(-time.Second))}, want: OutcomeGrantInFlight},
 		"the operation's own request fences its record at once": {
 			in: GrantInput{Kind: leases.KindFailoverHold, OperationID: "a", Instance: "counter-app", Identity: "system:serviceaccount:app:deploy", Group: g,
 				Migration: grantedAt(rec("a", leases.StateActive, 6, live), t0.Add(-time.Second))}, want: OutcomeRevokeStale},
