@@ -17,8 +17,10 @@ import (
 	"github.com/go-logr/logr"
 	gomysql "github.com/go-sql-driver/mysql"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -182,17 +184,41 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The leader-election lock is built here, not by the manager, so that
+	// the group controller knows its identity and confirms from the Lease
+	// that it still leads before it opens or re-points a site.
+	clk := clock.RealClock{}
+	var leaderLock resourcelock.Interface
+	var leading topology.LeaderCheck
+	if opts.leaderElection {
+		kube, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("leader election: %w", err)
+		}
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("leader election identity: %w", err)
+		}
+		id := host + "_" + string(uuid.NewUUID())
+		leaderLock, err = resourcelock.New(resourcelock.LeasesResourceLock, opts.leaderElectionNS, opts.leaderElectionID,
+			kube.CoreV1(), kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
+		if err != nil {
+			return fmt.Errorf("leader election lock: %w", err)
+		}
+		leading = operator.LeaderCheck(kube.CoordinationV1().Leases(opts.leaderElectionNS), opts.leaderElectionID, id, clk)
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Cache:                         cacheOpts,
-		Metrics:                       metricsOptions(opts),
-		HealthProbeBindAddress:        opts.probeAddr,
-		WebhookServer:                 tlsServer,
-		LeaderElection:                opts.leaderElection,
-		LeaderElectionID:              opts.leaderElectionID,
-		LeaderElectionNamespace:       opts.leaderElectionNS,
-		LeaderElectionReleaseOnCancel: true,
-		GracefulShutdownTimeout:       &opts.shutdownTimeout,
+		LeaderElectionResourceLockInterface: leaderLock,
+		Scheme:                              scheme,
+		Cache:                               cacheOpts,
+		Metrics:                             metricsOptions(opts),
+		HealthProbeBindAddress:              opts.probeAddr,
+		WebhookServer:                       tlsServer,
+		LeaderElection:                      opts.leaderElection,
+		LeaderElectionID:                    opts.leaderElectionID,
+		LeaderElectionNamespace:             opts.leaderElectionNS,
+		LeaderElectionReleaseOnCancel:       true,
+		GracefulShutdownTimeout:             &opts.shutdownTimeout,
 	})
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
@@ -212,7 +238,6 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 		go server.LabelLeader(kube, opts.leaderElectionNS, opts.leaderLabelPod, elected, ctx.Done(), log.WithName("leader-label"))
 	}
 
-	clk := clock.RealClock{}
 	if err := ctrlmetrics.Registry.Register(server.CertificateExpiry(opts.tlsCertDir)); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
@@ -232,14 +257,14 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 		Driver: topologyDriver(opts, mgr, clk), Clock: clk, Log: log.WithName("deployapi"), Metrics: ctrlmetrics.Registry,
 		RecordKey: key, OnUnverified: unverified,
 		ProbeInterval: opts.probeInterval, PrimaryProbeInterval: opts.primaryProbeInterval, Workers: opts.groupWorkers,
-		ControllerQPS: float32(opts.controllerQPS), ControllerBurst: opts.controllerBurst,
+		ControllerQPS: float32(opts.controllerQPS), ControllerBurst: opts.controllerBurst, Leading: leading,
 	}
 	if opts.deployAPI {
 		kube, err := tokenReviewClient(cfg)
 		if err != nil {
 			return err
 		}
-		ocfg.DeployAPI = &operator.DeployAPIConfig{Audience: opts.deployAudience, Kube: kube}
+		ocfg.DeployAPI = &operator.DeployAPIConfig{Audience: opts.deployAudience, Kube: kube, FairShare: opts.deployFairShare}
 	}
 	parts, err := operator.New(mgr, ocfg)
 	if err != nil {

@@ -83,6 +83,11 @@ type GroupReconciler struct {
 	Prober *prober.Prober
 	// Workers reconcile groups at once; DefaultWorkers when zero.
 	Workers int
+	// Leading, when set, confirms that this replica still leads right
+	// before the driver opens or re-points a site (topology.ConfirmLeading):
+	// a deposed leader never acts on the data plane. Nil: unchecked (the
+	// tests' single reconciler).
+	Leading topology.LeaderCheck
 }
 
 // step is the outcome of one part of a reconcile: when to look again.
@@ -122,6 +127,7 @@ func (r *GroupReconciler) driver() topology.Driver {
 // finalizer takes the place of step 2, and step 3 stops: no grant is taken
 // while the group is being deleted.
 func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ctx = topology.WithLeaderCheck(ctx, r.Leading)
 	g := &v1.MysqlFailoverGroup{}
 	if err := r.API.Get(ctx, req.NamespacedName, g); err != nil {
 		if apierrors.IsNotFound(err) && r.Prober != nil {

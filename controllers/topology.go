@@ -214,6 +214,14 @@ func (r *GroupReconciler) rollBack(ctx context.Context, g *v1.MysqlFailoverGroup
 	if err := r.driver().Fence(ctx, g, t.TargetSite); err != nil {
 		return fmt.Errorf("roll back %s: fence target %s: %w", t.Operation, t.TargetSite, err)
 	}
+	// The transition may have recorded its fence row on some sites before
+	// it failed: put the confirmed topology's back, so the move that never
+	// completed is not taken for a newer one (topology.FenceRecorder).
+	if fr, ok := r.driver().(topology.FenceRecorder); ok && g.Status.ActiveSite != "" {
+		if err := fr.UndoTransition(ctx, g, t.Generation, t.TargetSite, g.Status.TopologyGeneration, g.Status.ActiveSite); err != nil {
+			return fmt.Errorf("roll back %s: %w", t.Operation, err)
+		}
+	}
 	g.Status.Transition = nil
 	if d.Readmit {
 		r.readmitOperation(g, t.Operation, d.Reason)

@@ -51,6 +51,11 @@ type Config struct {
 
 	// DeployAPI, when set, builds the deployment API (Parts.NewDeployAPI).
 	DeployAPI *DeployAPIConfig
+
+	// Leading, when set, confirms this replica still leads before the group
+	// controller opens or re-points a site (LeaderCheck builds it from the
+	// leader-election Lease).
+	Leading topology.LeaderCheck
 }
 
 // DeployAPIConfig is what the deployment API needs besides the manager.
@@ -59,6 +64,8 @@ type DeployAPIConfig struct {
 	Audience string
 	// Kube performs TokenReviews.
 	Kube kubernetes.Interface
+	// FairShare are the per-identity limits (zero fields: their defaults).
+	FairShare deployapi.FairShare
 }
 
 // Parts are the running parts on one manager. The controllers are
@@ -112,7 +119,7 @@ func New(mgr ctrl.Manager, cfg Config) (*Parts, error) {
 			Key: cfg.RecordKey, OnUnverified: cfg.OnUnverified},
 		//lint:ignore SA1019 core/v1 Events: what docs/events.md, kubectl get events and the tests read
 		Recorder:      mgr.GetEventRecorderFor("bloodraven"),
-		ProbeInterval: cfg.ProbeInterval, Prober: p.Prober, Workers: cfg.Workers,
+		ProbeInterval: cfg.ProbeInterval, Prober: p.Prober, Workers: cfg.Workers, Leading: cfg.Leading,
 	}
 	if err := p.Group.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("group controller: %w", err)
@@ -134,7 +141,7 @@ func New(mgr ctrl.Manager, cfg Config) (*Parts, error) {
 			return deployapi.New(deployapi.Config{
 				Audience: d.Audience, IsLeader: isLeader, Clock: cfg.Clock, Kube: d.Kube,
 				API: mgr.GetAPIReader(), Databases: mgr.GetCache(), Groups: mgr.GetCache(),
-				Leases: p.Leases, Log: cfg.Log, Metrics: reg,
+				Leases: p.Leases, Log: cfg.Log, Metrics: reg, FairShare: d.FairShare,
 			})
 		}
 	}

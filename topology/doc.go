@@ -75,6 +75,17 @@ type Rejoiner interface {
 	Rejoin(ctx context.Context, g *v1.MysqlFailoverGroup, site, primary string) error
 }
 
+// FenceRecorder is implemented by drivers that record the fence on the
+// data plane (the SQL driver's fence row). A rolled-back transition to
+// target under generation may have left its record on some sites before it
+// failed; UndoTransition puts back (previous, active) wherever the record
+// is exactly (generation, target), so the move that never completed does
+// not count as a newer move against the next one, or against reopening
+// active. A record of any other move is left alone.
+type FenceRecorder interface {
+	UndoTransition(ctx context.Context, g *v1.MysqlFailoverGroup, generation int64, target string, previous int64, active string) error
+}
+
 // UnreachableError says which site a planned step could not reach or
 // confirm.
 type UnreachableError struct {

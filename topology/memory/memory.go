@@ -200,6 +200,12 @@ func (d *Driver) anyWritable(g *v1.MysqlFailoverGroup) bool {
 // site, and a hung one costs HangCost, unless the context skips it
 // (topology.WithSkipped).
 func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target string, generation int64, planned bool) error {
+	// As the SQL driver: a deposed leader opens nothing.
+	if _, cancel, err := topology.ConfirmLeading(ctx); err != nil {
+		return fmt.Errorf("promote %s: %w", target, err)
+	} else {
+		cancel()
+	}
 	for _, sp := range g.Spec.Sites {
 		if sp.Name == target || !d.isHung(g, sp.Name) || (!planned && topology.Skipped(ctx, sp.Name)) {
 			continue
@@ -346,6 +352,11 @@ func (d *Driver) Generation(g *v1.MysqlFailoverGroup, name string) int64 {
 
 // Rejoin makes a fenced site replicate from primary.
 func (d *Driver) Rejoin(ctx context.Context, g *v1.MysqlFailoverGroup, name, primary string) error {
+	if _, cancel, err := topology.ConfirmLeading(ctx); err != nil {
+		return fmt.Errorf("rejoin %s: %w", name, err)
+	} else {
+		cancel()
+	}
 	return d.act(ctx, g, name, "rejoin "+name+" "+primary, func(s *site) error {
 		if s.writable {
 			return fmt.Errorf("rejoin %s: site not fenced", name)

@@ -93,7 +93,21 @@ const (
 	fenceTable  = "CREATE TABLE IF NOT EXISTS bloodraven.fence (" +
 		"id TINYINT UNSIGNED NOT NULL PRIMARY KEY, generation BIGINT NOT NULL, " +
 		"active_site VARCHAR(63) NOT NULL, updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))"
-	fenceWrite = "REPLACE INTO bloodraven.fence (id, generation, active_site, updated_at) VALUES (1, ?, ?, CURRENT_TIMESTAMP(6))"
+	// fenceWrite never replaces a newer generation, nor another site's row
+	// of the same generation: the row keeps the greatest generation, and
+	// its site changes only with a greater one (generation is assigned
+	// last, so the IFs compare with the stored value). The promotion reads
+	// the row back (fenceRead) and opens the site only if it is its own.
+	fenceWrite = "INSERT INTO bloodraven.fence (id, generation, active_site, updated_at) VALUES (1, ?, ?, CURRENT_TIMESTAMP(6)) " +
+		"ON DUPLICATE KEY UPDATE active_site = IF(VALUES(generation) > generation, VALUES(active_site), active_site), " +
+		"updated_at = IF(VALUES(generation) > generation, VALUES(updated_at), updated_at), " +
+		"generation = GREATEST(generation, VALUES(generation))"
+	fenceRead = "SELECT generation, active_site FROM bloodraven.fence WHERE id = 1"
+	// fenceUndo puts back the row of the confirmed topology where a
+	// rolled-back transition wrote its own (exactly its generation and
+	// target): the only write that lowers the generation.
+	fenceUndo = "UPDATE bloodraven.fence SET generation = ?, active_site = ?, updated_at = CURRENT_TIMESTAMP(6) " +
+		"WHERE id = 1 AND generation = ? AND active_site = ?"
 	// FenceQuery is what a client runs to check it talks to the primary of
 	// its generation.
 	FenceQuery = "SELECT generation, active_site FROM bloodraven.fence WHERE id = 1 AND @@global.read_only = 0"

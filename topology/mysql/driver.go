@@ -284,6 +284,13 @@ func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target s
 	if err != nil {
 		return err
 	}
+	// A deposed leader never acts on the data plane: confirmed before the
+	// first action, and again (below) before the target is opened.
+	if _, cancel, err := topology.ConfirmLeading(ctx); err != nil {
+		return fmt.Errorf("promote %s: %w", target, err)
+	} else {
+		cancel()
+	}
 	t, err := d.open(ctx, g, tspec)
 	if err != nil {
 		return fmt.Errorf("promote: %w", err)
@@ -324,7 +331,23 @@ func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target s
 			}
 		}
 	}
-	// Stop replicating, record the fence, then open for writes.
+	// Still leading? FenceOthers' GTID wait, or a pause of this process,
+	// may have outlasted the leader lease; everything from here on opens
+	// or re-points a site, and runs within the leadership confirmed now.
+	ctx, cancel, err := topology.ConfirmLeading(ctx)
+	if err != nil {
+		return fmt.Errorf("promote %s: %w", target, err)
+	}
+	defer cancel()
+	// Never open a site while a reachable one carries a newer fence row:
+	// a newer move was made by someone else.
+	for _, o := range others {
+		if err := o.noNewerFence(ctx, generation, target); err != nil {
+			return err
+		}
+	}
+	// Stop replicating, record the fence (never over a newer one), then
+	// open for writes.
 	if err := t.exec(ctx, t.d.stopReplica, t.d.resetReplica); err != nil {
 		return err
 	}
@@ -333,6 +356,9 @@ func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target s
 	}
 	if _, err := t.db.ExecContext(ctx, fenceWrite, generation, target); err != nil {
 		return fmt.Errorf("site %s: write fence: %w", target, err)
+	}
+	if err := t.noNewerFence(ctx, generation, target); err != nil {
+		return err
 	}
 	if err := t.exec(ctx, t.d.readOnlyOff...); err != nil {
 		return err
@@ -352,6 +378,37 @@ func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target s
 		}
 	}
 	return nil
+}
+
+// ErrNewerFence: a site carries a fence row of a newer move than the one
+// being made (a greater generation, or another site at the same one): the
+// promotion opens nothing.
+var ErrNewerFence = errors.New("a newer fence row: another move was made; not opened")
+
+// noNewerFence fails with ErrNewerFence when the site's fence row records a
+// newer move than generation to target. A site without the row (no table
+// yet) records none.
+func (s *site) noNewerFence(ctx context.Context, generation int64, target string) error {
+	var gen int64
+	var active string
+	err := s.db.QueryRowContext(ctx, fenceRead).Scan(&gen, &active)
+	var me *gomysql.MySQLError
+	switch {
+	case errors.Is(err, sql.ErrNoRows), errors.As(err, &me) && (me.Number == 1146 || me.Number == 1049):
+		return nil // no fence row yet
+	case err != nil:
+		return fmt.Errorf("site %s: read fence: %w", s.name, err)
+	case NewerFence(gen, active, generation, target):
+		return fmt.Errorf("site %s records generation %d on %s, promoting %s at %d: %w", s.name, gen, active, target, generation, ErrNewerFence)
+	}
+	return nil
+}
+
+// NewerFence tells whether a fence row (gen, active) records a newer move
+// than generation to target: a greater generation, or the same generation
+// on another site.
+func NewerFence(gen int64, active string, generation int64, target string) bool {
+	return gen > generation || (gen == generation && active != target)
 }
 
 // replicatesFrom tells whether the site's replication threads run against
@@ -475,6 +532,39 @@ func (d *Driver) Fence(ctx context.Context, g *v1.MysqlFailoverGroup, name strin
 	return s.exec(ctx, s.d.readOnlyOn...)
 }
 
+var _ topology.FenceRecorder = (*Driver)(nil)
+
+// UndoTransition puts the fence row (previous, active) back on every site
+// it can reach whose row is exactly (generation, target): the record of a
+// transition that was rolled back. It confirms leadership first, and fails
+// on a site that answers but refuses the write; a site it cannot reach
+// keeps its row (its next promotion or reassertion refuses to open over
+// it, which a person sees as ErrNewerFence).
+func (d *Driver) UndoTransition(ctx context.Context, g *v1.MysqlFailoverGroup, generation int64, target string, previous int64, active string) error {
+	ctx, cancel, err := topology.ConfirmLeading(ctx)
+	if err != nil {
+		return fmt.Errorf("undo the fence of generation %d: %w", generation, err)
+	}
+	defer cancel()
+	for _, sp := range g.Spec.Sites {
+		if sp.Host == "" {
+			continue
+		}
+		octx, ocancel := context.WithTimeout(ctx, topology.ProbeTimeout)
+		s, err := d.open(octx, g, sp)
+		ocancel()
+		if err != nil {
+			continue
+		}
+		_, err = s.db.ExecContext(ctx, fenceUndo, previous, active, generation, target)
+		var me *gomysql.MySQLError
+		if err != nil && !(errors.As(err, &me) && (me.Number == 1146 || me.Number == 1049)) {
+			return fmt.Errorf("site %s: undo the fence of generation %d: %w", sp.Name, generation, err)
+		}
+	}
+	return nil
+}
+
 // Rejoin points a fenced site at primary. A site with errant transactions
 // is refused by the primary (its GTIDs are not in the primary's binary log);
 // replication is then stopped, the site stays fenced, and
@@ -488,6 +578,11 @@ func (d *Driver) Rejoin(ctx context.Context, g *v1.MysqlFailoverGroup, name, pri
 	if err != nil {
 		return err
 	}
+	ctx, cancel, err := topology.ConfirmLeading(ctx)
+	if err != nil {
+		return fmt.Errorf("rejoin %s: %w", name, err)
+	}
+	defer cancel()
 	s, err := d.open(ctx, g, sp)
 	if err != nil {
 		return fmt.Errorf("rejoin: %w", err)
