@@ -10,17 +10,37 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/deployrun"
 	"github.com/shipstream/bloodraven/policy"
 )
 
 func (f *fixture) runOf(op string) *v1.DeployRun {
 	f.t.Helper()
-	r := &v1.DeployRun{}
-	if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: deployrun.Name(f.group, "counter-app", op)}, r); err != nil {
-		f.t.Fatalf("the DeployRun of %s: %v", op, err)
+	r := f.latestRun(op)
+	if r == nil {
+		f.t.Fatalf("no DeployRun of %s", op)
 	}
 	return r
+}
+
+// latestRun is the DeployRun of op's latest tenure for counter-app, nil
+// when it has none.
+func (f *fixture) latestRun(op string) *v1.DeployRun {
+	f.t.Helper()
+	var list v1.DeployRunList
+	if err := env.Client.List(f.ctx, &list, client.InNamespace(f.ns)); err != nil {
+		f.t.Fatal(err)
+	}
+	var out *v1.DeployRun
+	for i := range list.Items {
+		r := &list.Items[i]
+		if r.Spec.OperationID != op || r.Spec.Instance != "counter-app" {
+			continue
+		}
+		if out == nil || (r.Status.StartTime != nil && out.Status.StartTime != nil && out.Status.StartTime.Before(r.Status.StartTime)) {
+			out = r
+		}
+	}
+	return out
 }
 
 func (f *fixture) runOps() []string {
@@ -63,7 +83,7 @@ func TestBookkeepingWritesTheRunTheAPIDidNotAndRecordsItsEnd(t *testing.T) {
 			// Not while the record is younger than a grant's confirmation:
 			// it may be a grant about to be withdrawn.
 			f.reconcile()
-			if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: deployrun.Name(f.group, "counter-app", "op-1")}, &v1.DeployRun{}); err == nil {
+			if f.latestRun("op-1") != nil {
 				t.Fatal("the bookkeeping wrote a run for a record younger than a grant's confirmation")
 			}
 			f.clock.Step(policy.RunBackstopDelay)

@@ -9,18 +9,29 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/deployrun"
 	"github.com/shipstream/bloodraven/leases"
 )
 
 // run reads the DeployRun of op, failing the test when there is none.
-func (f *fixture) run(op string) *v1.DeployRun {
+func (f *fixture) run(op string) *v1.DeployRun { f.t.Helper(); return f.runFor("counter-app", op) }
+
+// runFor reads the DeployRun of op's latest tenure for instance, failing
+// the test when there is none.
+func (f *fixture) runFor(instance, op string) *v1.DeployRun {
 	f.t.Helper()
-	r := &v1.DeployRun{}
-	if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.groupNS, Name: deployrun.Name(f.group, "counter-app", op)}, r); err != nil {
-		f.t.Fatalf("the DeployRun of %s: %v", op, err)
+	var out *v1.DeployRun
+	for _, r := range f.runs() {
+		if r.Spec.OperationID != op || r.Spec.Instance != instance {
+			continue
+		}
+		if out == nil || (r.Status.StartTime != nil && out.Status.StartTime != nil && out.Status.StartTime.Before(r.Status.StartTime)) {
+			out = r.DeepCopy()
+		}
 	}
-	return r
+	if out == nil {
+		f.t.Fatalf("no DeployRun of %s for %s", op, instance)
+	}
+	return out
 }
 
 func (f *fixture) runs() []v1.DeployRun {
@@ -174,11 +185,50 @@ func TestOneOperationMigratingTwoInstancesLeavesTwoRuns(t *testing.T) {
 		t.Fatalf("grant op-1 for other-app: %d %s", r.status, r.raw)
 	}
 	expectRun(t, f.run("op-1"), v1.DeployRunSucceeded, "done", v1.LeaseReleased)
-	other := &v1.DeployRun{}
-	if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.groupNS, Name: deployrun.Name(f.group, "other-app", "op-1")}, other); err != nil {
-		t.Fatal(err)
-	}
+	other := f.runFor("other-app", "op-1")
 	if other.Spec.Instance != "other-app" || other.Status.Outcome != v1.DeployRunRunning {
 		t.Fatalf("other-app's run: %+v %+v", other.Spec, other.Status)
+	}
+}
+
+// Issue 35, item 4 (DESIGN §5 "a new tenure never rewrites an earlier
+// DeployRun's recorded outcome"): op-1 fails and reports it; the pipeline
+// re-runs op-1 under the same id. The re-run is a new tenure with a run of
+// its own, and the first run keeps "failed". At e3e472e both tenures shared
+// one run, and the re-run's grant turned "failed" back into "running".
+func TestARerunOfAnOperationIDLeavesTheEarlierRunAlone(t *testing.T) {
+	f := newFixture(t)
+	g := f.grant("migration", "op-1", http.StatusCreated)
+	if r := f.do(http.MethodDelete, leasePath("migration", "op-1"), f.token, nil, "X-Lease-Token", g.str("token"), "X-Deploy-Outcome", "failed"); r.status != http.StatusNoContent {
+		t.Fatalf("release: %d %s", r.status, r.raw)
+	}
+	first := f.run("op-1")
+	expectRun(t, first, v1.DeployRunFailed, "pre-ddl", v1.LeaseReleased)
+
+	f.clock.Step(time.Second)
+	again := f.grant("migration", "op-1", http.StatusCreated)
+	var got []v1.DeployRun
+	for _, r := range f.runs() {
+		if r.Spec.OperationID == "op-1" {
+			got = append(got, r)
+		}
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d runs of op-1 after its re-run, want 2 (one per tenure)", len(got))
+	}
+	for _, r := range got {
+		switch r.Name {
+		case first.Name:
+			expectRun(t, &r, v1.DeployRunFailed, "pre-ddl", v1.LeaseReleased)
+		default:
+			expectRun(t, &r, v1.DeployRunRunning, "pre-ddl", "")
+		}
+	}
+	if r := f.do(http.MethodDelete, leasePath("migration", "op-1"), f.token, nil, "X-Lease-Token", again.str("token"), "X-Deploy-Outcome", "succeeded"); r.status != http.StatusNoContent {
+		t.Fatalf("release of the re-run: %d %s", r.status, r.raw)
+	}
+	expectRun(t, f.run("op-1"), v1.DeployRunSucceeded, "pre-ddl", v1.LeaseReleased)
+	if r := f.runFor("counter-app", "op-1"); r.Name == first.Name {
+		t.Fatal("the re-run's outcome went to the first run")
 	}
 }

@@ -201,7 +201,7 @@ func (s *Server) reportAfterReplacement(ctx context.Context, g *v1.MysqlFailover
 		return
 	}
 	if err == nil {
-		err = deployrun.Report(ctx, s.api, s.leases.Client, g, tomb.Instance, c.operationID, c.outcome)
+		err = deployrun.Report(ctx, s.api, s.leases.Client, g, tomb.Instance, c.operationID, tomb.TenureStart(), c.outcome)
 	}
 	if err != nil {
 		s.log.Error(err, "the outcome reported on release was not recorded", "group", g.Name,

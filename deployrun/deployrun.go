@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -24,14 +25,22 @@ const (
 	LabelInstance = "bloodraven.shipstream.io/instance"
 )
 
-// Name is the name of the DeployRun of operationID for instance in g: the
-// group's name and a digest of its UID, the instance and the operation ID
-// (operation IDs need not be valid object names; one pipeline run may
-// migrate several instances under one operation ID; and a group re-created
-// under the same name starts a history of its own, even where no garbage
-// collector removed the old one).
-func Name(g *v1.MysqlFailoverGroup, instance, operationID string) string {
-	sum := sha256.Sum256([]byte(string(g.UID) + "/" + instance + "/" + operationID))
+// Name is the name of the DeployRun of the tenure of operationID for
+// instance in g that began at tenure: the group's name and a digest of its
+// UID, the instance, the operation ID and the tenure's start (operation IDs
+// need not be valid object names; one pipeline run may migrate several
+// instances under one operation ID; a re-run under the same operation ID is
+// a new tenure with a run of its own, which never rewrites the earlier
+// run's outcome; and a group re-created under the same name starts a
+// history of its own, even where no garbage collector removed the old one).
+// A zero tenure (a record from before tenures were recorded) names the run
+// as releases before 0.3 did.
+func Name(g *v1.MysqlFailoverGroup, instance, operationID string, tenure time.Time) string {
+	key := string(g.UID) + "/" + instance + "/" + operationID
+	if !tenure.IsZero() {
+		key += "/" + strconv.FormatInt(tenure.UnixMicro(), 10)
+	}
+	sum := sha256.Sum256([]byte(key))
 	suffix := "-" + hex.EncodeToString(sum[:6])
 	if len(g.Name)+len(suffix) <= 253 {
 		return g.Name + suffix
@@ -56,7 +65,7 @@ func Sync(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlF
 		return nil
 	}
 	run := &v1.DeployRun{}
-	err := read.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: Name(g, rec.Instance, rec.OperationID)}, run)
+	err := read.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: Name(g, rec.Instance, rec.OperationID, rec.TenureStart())}, run)
 	switch {
 	case apierrors.IsNotFound(err):
 		if !create {
@@ -106,10 +115,10 @@ func Begin(ctx context.Context, read client.Reader, w client.Client, g *v1.Mysql
 // after its record was replaced, on its ended run that carries no report
 // yet (policy.RunReported). It reads from read, which must be uncached.
 func Report(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlFailoverGroup, instance, operationID string,
-	outcome leases.Outcome) error {
+	tenure time.Time, outcome leases.Outcome) error {
 	return leasestore.Optimistic(func(bool) error {
 		run := &v1.DeployRun{}
-		if err := read.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: Name(g, instance, operationID)}, run); err != nil {
+		if err := read.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: Name(g, instance, operationID, tenure)}, run); err != nil {
 			return client.IgnoreNotFound(err)
 		}
 		next, ok := policy.RunReported(run.Status, outcome)
@@ -199,7 +208,7 @@ func ownedBy(r *v1.DeployRun, g *v1.MysqlFailoverGroup) bool {
 func createRun(ctx context.Context, w client.Client, g *v1.MysqlFailoverGroup, rec *leases.Record) (*v1.DeployRun, error) {
 	run := &v1.DeployRun{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: g.Namespace, Name: Name(g, rec.Instance, rec.OperationID),
+			Namespace: g.Namespace, Name: Name(g, rec.Instance, rec.OperationID, rec.TenureStart()),
 			Labels: map[string]string{
 				leasestore.LabelManagedBy: leasestore.ManagedByValue,
 				LabelGroup:                leases.LabelValue(g.Name),

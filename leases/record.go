@@ -118,6 +118,16 @@ func (r *Record) Live(now time.Time) bool {
 	return r != nil && r.State == StateActive && !now.After(r.ExpiresAt)
 }
 
+// TenureStart is when the record's unbroken tenure of the mutex began: its
+// HeldSince, or its grant for a record written before HeldSince existed.
+// On a tombstone: the start of the tenure it ended (zero when unknown).
+func (r *Record) TenureStart() time.Time {
+	if r.HeldSince.IsZero() && r.Kind != KindTombstone {
+		return r.GrantedAt
+	}
+	return r.HeldSince
+}
+
 // BelongsTo tells whether the record was made for the group with this UID.
 // A record of a deleted group of the same name belongs to nobody.
 func (r *Record) BelongsTo(groupUID string) bool {

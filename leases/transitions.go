@@ -87,6 +87,9 @@ func NewTombstone(group, groupUID, operationID, reason string, generation int64,
 		AnnouncePending: true}
 	for _, r := range revoked {
 		t.Instance, t.Identity = r.Instance, r.Identity
+		if r.Kind == KindMigration {
+			t.HeldSince = r.TenureStart() // the tenure it ended, for its DeployRun
+		}
 		if r.TokenHash != "" {
 			t.RevokedTokenHashes = append(t.RevokedTokenHashes, r.TokenHash)
 		}

@@ -76,12 +76,7 @@ func runBehind(prev v1.DeployRunStatus, rec *leases.Record, now time.Time) bool 
 }
 
 // tenureStart is when rec's unbroken tenure of the mutex began.
-func tenureStart(rec *leases.Record) time.Time {
-	if rec.HeldSince.IsZero() {
-		return rec.GrantedAt
-	}
-	return rec.HeldSince
-}
+func tenureStart(rec *leases.Record) time.Time { return rec.TenureStart() }
 
 // RunReported is st with the outcome its client reported after its record
 // was replaced (the report could not go on the record): only an ended run
@@ -121,12 +116,12 @@ func RunLost(prev v1.DeployRunStatus) v1.DeployRunStatus {
 
 // RunDisplaced tells whether the run of operation op, recorded in st, was
 // displaced by current, the group's migration record: st still says
-// running, current is another operation's, and current's tenure began
-// after the run did. A cached current older than the run (the run's grant
+// running, and current's tenure (another operation's, or a later tenure of
+// op, which has a run of its own) began after the run did. A cached current older than the run (the run's grant
 // not seen yet) displaces nothing.
 func RunDisplaced(op string, st v1.DeployRunStatus, current *leases.Record) bool {
-	return st.Outcome == v1.DeployRunRunning && current != nil && current.OperationID != op &&
-		st.StartTime != nil && st.StartTime.Before(&metav1.MicroTime{Time: tenureStart(current)})
+	return st.Outcome == v1.DeployRunRunning && current != nil && st.StartTime != nil &&
+		st.StartTime.Before(microTime(tenureStart(current)))
 }
 
 // RunView is what pruning needs of a DeployRun.

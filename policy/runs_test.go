@@ -102,12 +102,13 @@ func TestRunDisplaced(t *testing.T) {
 		current *leases.Record
 		want    bool
 	}{
-		"another operation's later tenure displaced a running run":  {st: running, current: current("b", t0), want: true},
-		"the run's own record does not":                             {st: running, current: current("a", t0)},
-		"a record older than the run (a stale cache) does not":      {st: running, current: current("b", granted.Add(-time.Second))},
-		"no record displaces nothing":                               {st: running},
-		"an ended run is not displaced":                             {st: v1.DeployRunStatus{Outcome: v1.DeployRunSucceeded, StartTime: mt(granted)}, current: current("b", t0)},
-		"a run without a recorded start is left to its record sync": {st: v1.DeployRunStatus{Outcome: v1.DeployRunRunning}, current: current("b", t0)},
+		"another operation's later tenure displaced a running run":     {st: running, current: current("b", t0), want: true},
+		"the run's own record does not":                                {st: running, current: current("a", granted)},
+		"a later tenure of the same operation does (issue 35, item 4)": {st: running, current: current("a", t0), want: true},
+		"a record older than the run (a stale cache) does not":         {st: running, current: current("b", granted.Add(-time.Second))},
+		"no record displaces nothing":                                  {st: running},
+		"an ended run is not displaced":                                {st: v1.DeployRunStatus{Outcome: v1.DeployRunSucceeded, StartTime: mt(granted)}, current: current("b", t0)},
+		"a run without a recorded start is left to its record sync":    {st: v1.DeployRunStatus{Outcome: v1.DeployRunRunning}, current: current("b", t0)},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
