@@ -22,7 +22,15 @@
 //     returns ErrErrantTransactions.
 //   - The fence in the database: bloodraven.fence holds the topology
 //     generation and active site, written on the new primary before it
-//     accepts writes (see FenceQuery).
+//     accepts writes (see FenceQuery). The write never lowers the
+//     generation nor changes the site of one already recorded; the
+//     promotion reads it back and opens nothing over a newer move's row, on
+//     the target or on any reachable site (ErrNewerFence). UndoTransition
+//     puts the confirmed row back where a rolled-back transition wrote its
+//     own.
+//   - Leadership: Promote and Rejoin confirm that the operator still leads
+//     (topology.ConfirmLeading) before they open or re-point a site, and run
+//     within the leadership confirmed (topology.ErrNotLeading otherwise).
 //
 // Every call has short timeouts (connect 2 s, read/write 10 s; GTID waits
 // are bounded by WaitTimeout). TLS is used when a site's spec asks for it —
