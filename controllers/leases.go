@@ -87,10 +87,15 @@ func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup
 	if err != nil {
 		errs = append(errs, err)
 	} else if annotated {
+		removedAt := r.Clock.Now()
 		patch := client.MergeFrom(g.DeepCopy())
 		delete(g.Annotations, v1.RevokeDeploymentLeasesAnnotation)
 		if err := r.Client.Patch(ctx, g, patch); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", v1.RevokeDeploymentLeasesAnnotation, err))
+		} else if w, err := r.revokeLateGrants(ctx, g, removedAt); err != nil {
+			errs = append(errs, err)
+		} else if m := leases.MigrationOf(w); m != nil {
+			mig = m
 		}
 	}
 	// Each write carries the resourceVersion the decision was made on: a
@@ -126,6 +131,23 @@ func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup
 		errs = append(errs, err)
 	}
 	return recheck, errors.Join(errs...)
+}
+
+// revokeLateGrants revokes (operator_revoked) every operation with a live
+// lease granted before removedAt, the moment the revoke annotation was
+// removed, that the revocation's list did not see: a grant that read the
+// group before the annotation appeared and wrote its Lease after that list
+// passes its confirming read when that read comes after the removal
+// (deployapi.confirmGrant withdraws it only while the annotation stands).
+// Every grant decided while the annotation stood answered 423, so a live
+// record granted before the removal is one the annotation was meant to end.
+// Grants decided after the removal are not touched.
+func (r *GroupReconciler) revokeLateGrants(ctx context.Context, g *v1.MysqlFailoverGroup, removedAt time.Time) ([]leases.Record, error) {
+	recs, err := r.Leases.List(ctx, g.Namespace, g.Name, true)
+	if err != nil {
+		return nil, err
+	}
+	return r.revoke(ctx, g, policy.LateGrants(recs, string(g.UID), removedAt, r.Clock.Now()), leases.ReasonOperatorRevoked)
 }
 
 // migrationOf is the group's migration record among the records read.

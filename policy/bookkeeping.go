@@ -115,3 +115,21 @@ func DecideBookkeeping(in BookkeepingInput) Bookkeeping {
 	}
 	return out
 }
+
+// LateGrants lists (sorted, once each) the operations of recs with a live
+// lease granted at or before removedAt, when the revoke annotation was removed:
+// grants whose group read came before the annotation and whose write came
+// after the revocation's list of the leases, which the annotation was meant
+// to end (every grant decided while it stood answered 423).
+func LateGrants(recs []*leases.Record, groupUID string, removedAt, now time.Time) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, r := range recs {
+		if r.BelongsTo(groupUID) && r.Live(now) && !r.GrantedAt.After(removedAt) && !seen[r.OperationID] {
+			seen[r.OperationID] = true
+			out = append(out, r.OperationID)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -165,3 +165,24 @@ func grantedAt(r *leases.Record, at time.Time) *leases.Record {
 
 // renewedAt is r renewed at at.
 func renewedAt(r *leases.Record, at time.Time) *leases.Record { r.RenewedAt = at; return r }
+
+// Issue 35 ("also fix"): a grant that landed between the revocation's list
+// and the revoke annotation's removal is revoked on a second list; grants
+// decided after the removal are not.
+func TestLateGrants(t *testing.T) {
+	removed := t0.Add(-time.Second)
+	mk := func(op string, granted time.Time, state leases.State) *leases.Record {
+		r := lease(leases.KindMigration, op, state, t0.Add(time.Minute))
+		r.GrantedAt = granted
+		return r
+	}
+	got := LateGrants([]*leases.Record{
+		mk("late", removed.Add(-time.Millisecond), leases.StateActive),
+		mk("after", removed.Add(time.Millisecond), leases.StateActive),
+		mk("revoked", removed.Add(-time.Second), leases.StateRevoked),
+		{GroupUID: "old", Kind: leases.KindMigration, OperationID: "foreign", State: leases.StateActive, ExpiresAt: t0.Add(time.Minute), GrantedAt: removed.Add(-time.Second)},
+	}, uid, removed, t0)
+	if !slices.Equal(got, []string{"late"}) {
+		t.Fatalf("LateGrants = %v, want [late]", got)
+	}
+}
