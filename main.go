@@ -180,7 +180,7 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
-	key, err := leasestore.LoadRecordKey(ctx, direct, opts.leaderElectionNS, opts.recordKeySecret)
+	key, err := leasestore.LoadRecordKey(ctx, direct, opts.leaderElectionNS, opts.recordKeySecret, opts.watchNamespaces...)
 	if err != nil {
 		return err
 	}

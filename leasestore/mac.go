@@ -150,11 +150,22 @@ func unverifiedRecord(l *coordinationv1.Lease) *leases.Record {
 	return &leases.Record{Kind: kind, State: leases.StateExpired}
 }
 
+// ErrRecordKeyLost: the record key Secret is gone while deployment lease
+// records sealed with it remain. A new key would make every one of them
+// hold nothing (a live lease would be lost, a tombstone would stop
+// answering 409 revoked), so the operator refuses to start.
+var ErrRecordKeyLost = errors.New("the lease record key Secret is gone while deployment lease records sealed with it remain")
+
 // LoadRecordKey reads the record key from the Secret namespace/name, and
 // creates the Secret with a new random key when it does not exist (the
 // first start of an operator with record MACs). Two replicas starting at
 // once agree: the loser of the create reads the winner's key.
-func LoadRecordKey(ctx context.Context, c client.Client, namespace, name string) (*RecordKey, error) {
+//
+// A missing Secret is created only when no deployment Lease in scope (the
+// namespaces the operator watches; none: every namespace) carries a record
+// MAC: otherwise it fails with ErrRecordKeyLost and says how to recover,
+// rather than silently orphaning every lease and tombstone.
+func LoadRecordKey(ctx context.Context, c client.Client, namespace, name string, scope ...string) (*RecordKey, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		sec := &corev1.Secret{}
 		err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, sec)
@@ -163,6 +174,13 @@ func LoadRecordKey(ctx context.Context, c client.Client, namespace, name string)
 		}
 		if !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("read record key Secret %s/%s: %w", namespace, name, err)
+		}
+		if n, err := sealedRecords(ctx, c, scope); err != nil {
+			return nil, fmt.Errorf("record key Secret %s/%s is missing; checking for sealed lease records: %w", namespace, name, err)
+		} else if n > 0 {
+			return nil, fmt.Errorf("%w (%d Leases labelled %s=true carry %s): restore the Secret %s/%s from a backup; "+
+				"or, giving up every deployment lease and tombstone, delete those Leases and restart the operator",
+				ErrRecordKeyLost, n, LabelDeployLease, RecordMACAnnotation, namespace, name)
 		}
 		key := make([]byte, 32)
 		if _, err := rand.Read(key); err != nil {
@@ -183,4 +201,26 @@ func LoadRecordKey(ctx context.Context, c client.Client, namespace, name string)
 		}
 	}
 	return nil, errors.New("record key Secret: created and deleted concurrently; giving up")
+}
+
+// sealedRecords counts the deployment Leases in scope (every namespace when
+// empty) that carry a record MAC.
+func sealedRecords(ctx context.Context, c client.Client, scope []string) (int, error) {
+	namespaces := scope
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	n := 0
+	for _, ns := range namespaces {
+		var list coordinationv1.LeaseList
+		if err := c.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{LabelDeployLease: "true"}); err != nil {
+			return 0, err
+		}
+		for _, l := range list.Items {
+			if _, ok := l.Annotations[RecordMACAnnotation]; ok {
+				n++
+			}
+		}
+	}
+	return n, nil
 }
