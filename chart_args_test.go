@@ -31,6 +31,9 @@ func TestTheChartsArgumentsReachTheOperator(t *testing.T) {
 		"--set", "operator.groupWorkers=32", "--set", "operator.kubeAPIQPS=800", "--set", "operator.kubeAPIBurst=1600",
 		"--set", "operator.controllerAPIQPS=400", "--set", "operator.controllerAPIBurst=800",
 		"--set", "operator.gracefulShutdownTimeout=45s", "--set", "watchNamespaces={team-a}",
+		"--set", "auxiliary.deployAPI.enabled=true", "--set", "auxiliary.deployAPI.networkPolicy.apiServerSources[0].ipBlock.cidr=10.0.0.10/32",
+		"--set", "auxiliary.deployAPI.perIdentity.rate=30", "--set", "auxiliary.deployAPI.perIdentity.burst=60",
+		"--set", "auxiliary.deployAPI.perIdentity.inFlight=6", "--set", "auxiliary.deployAPI.perIdentity.heldGets=3",
 		"--set", "extraArgs[0]=--zap-encoder=console")
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+dir, "HELM_CONFIG_HOME="+dir, "HELM_DATA_HOME="+dir)
 	var out, errb bytes.Buffer
@@ -68,6 +71,8 @@ func TestTheChartsArgumentsReachTheOperator(t *testing.T) {
 		{"--controller-api-qps=400 --controller-api-burst=800", o.controllerQPS == 400 && o.controllerBurst == 800},
 		{"--graceful-shutdown-timeout=45s", o.shutdownTimeout == 45*time.Second},
 		{"--watch-namespaces=team-a", strings.Join(o.watchNamespaces, ",") == "team-a"},
+		{"--deploy-api-{rate,burst,inflight,held-gets}-per-identity=30,60,6,3", o.deployAPI && o.deployFairShare.Rate == 30 &&
+			o.deployFairShare.Burst == 60 && o.deployFairShare.InFlight == 6 && o.deployFairShare.HeldGets == 3},
 		{"the operator's identity from the chart", o.operatorIdentity == "system:serviceaccount:bloodraven:bloodraven"},
 	}
 	for _, c := range checks {

@@ -68,8 +68,10 @@ type scope struct {
 // client the caches have not seen yet is not proposed: a brief false 403,
 // never a false 200. A steady request costs one database GET, made at the
 // same time as the group's; the group returned is a fresh read: it carries
-// the fence.
+// the fence. These reads wait for the caller's own read slots (fair share,
+// fairshare.go), so a flood of one identity queues on its own budget.
 func (s *Server) authorize(ctx context.Context, id Identity, c *call) (*v1.MysqlFailoverGroup, error) {
+	api := c.ticket.reader(s.api)
 	byNS, err := s.candidates(ctx, id, c.group, c.instance, c.namespace)
 	if err != nil {
 		return nil, err
@@ -80,7 +82,7 @@ func (s *Server) authorize(ctx context.Context, id Identity, c *call) (*v1.Mysql
 			return nil, err
 		}
 		if settled {
-			return s.confirmScope(ctx, id, c.group, sc, nil)
+			return s.confirmScope(ctx, api, id, c.group, sc, nil)
 		}
 	}
 	namespaces := make([]string, 0, len(byNS))
@@ -94,11 +96,11 @@ func (s *Server) authorize(ctx context.Context, id Identity, c *call) (*v1.Mysql
 	case 1:
 		// The usual case: the database and the group are read at once.
 		ns := namespaces[0]
-		return s.confirmScope(ctx, id, c.group, scope{namespace: ns, instance: c.instance}, byNS[ns])
+		return s.confirmScope(ctx, api, id, c.group, scope{namespace: ns, instance: c.instance}, byNS[ns])
 	}
 	var found *v1.MysqlFailoverGroup
 	for _, ns := range namespaces {
-		g, err := s.confirmScope(ctx, id, c.group, scope{namespace: ns, instance: c.instance}, byNS[ns])
+		g, err := s.confirmScope(ctx, api, id, c.group, scope{namespace: ns, instance: c.instance}, byNS[ns])
 		if errors.Is(err, errForbidden) {
 			continue
 		}
@@ -122,7 +124,7 @@ func (s *Server) authorize(ctx context.Context, id Identity, c *call) (*v1.Mysql
 // caller. Both reads start after the request did, so the fence is as fresh
 // as read one after the other; the group is used only if a database
 // confirms. errForbidden when no database confirms or the group is absent.
-func (s *Server) confirmScope(ctx context.Context, id Identity, group string, sc scope, names []string) (*v1.MysqlFailoverGroup, error) {
+func (s *Server) confirmScope(ctx context.Context, api client.Reader, id Identity, group string, sc scope, names []string) (*v1.MysqlFailoverGroup, error) {
 	if sc.instance != "" {
 		names = []string{sc.instance}
 	}
@@ -132,10 +134,10 @@ func (s *Server) confirmScope(ctx context.Context, id Identity, group string, sc
 	}
 	groupRead := make(chan read, 1)
 	go func() {
-		g, err := s.readGroup(ctx, sc.namespace, group)
+		g, err := s.readGroup(ctx, api, sc.namespace, group)
 		groupRead <- read{g, err}
 	}()
-	ok, err := s.confirm(ctx, id, group, sc.namespace, names)
+	ok, err := s.confirm(ctx, api, id, group, sc.namespace, names)
 	gr := <-groupRead
 	if err != nil {
 		return nil, err
@@ -190,10 +192,11 @@ func (s *Server) settleByLease(ctx context.Context, c *call, byNS map[string][]s
 	return scope{}, false, nil
 }
 
-// readGroup reads the group from the API server; errForbidden when absent.
-func (s *Server) readGroup(ctx context.Context, namespace, name string) (*v1.MysqlFailoverGroup, error) {
+// readGroup reads the group from the API server through api; errForbidden
+// when absent.
+func (s *Server) readGroup(ctx context.Context, api client.Reader, namespace, name string) (*v1.MysqlFailoverGroup, error) {
 	g := &v1.MysqlFailoverGroup{}
-	if err := s.api.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, g); err != nil {
+	if err := api.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, g); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, errForbidden
 		}
@@ -247,11 +250,11 @@ func (s *Server) groupProposed(ctx context.Context, namespace, group string) (bo
 
 // confirm reads the candidates of one namespace from the API server, in
 // order, until one admits the caller.
-func (s *Server) confirm(ctx context.Context, id Identity, group, namespace string, names []string) (bool, error) {
+func (s *Server) confirm(ctx context.Context, api client.Reader, id Identity, group, namespace string, names []string) (bool, error) {
 	sort.Strings(names)
 	for _, name := range names {
 		db := &v1.MysqlDatabase{}
-		if err := s.api.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, db); err != nil {
+		if err := api.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, db); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
 			}

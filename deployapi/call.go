@@ -43,6 +43,8 @@ type call struct {
 	// namespace is the ?namespace= query parameter: when set, only that
 	// namespace is considered (DESIGN §3, "Resolved (tenants)").
 	namespace string
+	// ticket is the request's place in its identity's fair share.
+	ticket *ticket
 }
 
 // leaseRoute reports whether the call names a lease of its caller (the
@@ -248,7 +250,7 @@ func groupView(g *v1.MysqlFailoverGroup) policy.GroupView {
 // rereadGroup reads g again from the API server: a decision found a record
 // newer than the request's view of the group.
 func (s *Server) rereadGroup(ctx context.Context, g *v1.MysqlFailoverGroup) (*v1.MysqlFailoverGroup, error) {
-	fresh, err := s.readGroup(ctx, g.Namespace, g.Name)
+	fresh, err := s.readGroup(ctx, s.api, g.Namespace, g.Name)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,10 @@
 // token whose unverified claims cannot pass (audience, exp, an issuer
 // learned from successful reviews), is refused without one; at most 8
 // reviews run at once and at most 10/s are sent for one source address,
-// beyond which a miss answers 503 unavailable with Retry-After), the path,
+// beyond which a miss answers 503 unavailable with Retry-After), the
+// identity's fair share (fairshare.go: a rate, a number in flight and held
+// lease GETs per ServiceAccount; 429 rate_limited with Retry-After, before
+// the body is read or the API server is asked), the path,
 // the body and ?namespace= parsed into a typed call (413,
 // 400: member names exact, each once), authorization, then the lease
 // decision of package policy. One function, wrap, runs that line for every

@@ -29,6 +29,7 @@ const (
 	codeUnstable         = "unstable"
 	codeMethodNotAllowed = "method_not_allowed"
 	codeNotLeader        = "not_leader"
+	codeRateLimited      = "rate_limited"
 	// Outside the contract's table: the API server failed or throttled us.
 	codeUnavailable = "unavailable"
 	codeInternal    = "internal"

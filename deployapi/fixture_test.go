@@ -132,12 +132,18 @@ func (f *fixture) newServer() *Server {
 		Log:       funcr.NewJSON(func(obj string) { f.logs.add(obj) }, funcr.Options{}),
 		Metrics:   reg,
 		Groups:    leaseCache,
+		FairShare: roomyShare,
 	})
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	return s
 }
+
+// roomyShare is the fair share of the servers of tests about other things:
+// their clock stands still, so a bucket never refills. The fair share has
+// its own tests (fairshare_test.go).
+var roomyShare = FairShare{Rate: 1e6, Burst: 1e6, InFlight: 1e4, HeldGets: 1e4}
 
 func (f *fixture) createGroup(ns, name string, generation int64) *v1.MysqlFailoverGroup {
 	f.t.Helper()

@@ -18,6 +18,11 @@ import (
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// rateLimited counts the 429s of the fair share; waitsNotHeld the lease
+	// GETs answered at once past the identity's held GETs. Labelled by
+	// route and limit only: never by identity, path or group.
+	rateLimited  *prometheus.CounterVec
+	waitsNotHeld *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, store *leasestore.Store, groups client.Reader, clk clock.PassiveClock) (*metrics, error) {
@@ -31,11 +36,19 @@ func newMetrics(reg prometheus.Registerer, store *leasestore.Store, groups clien
 			Help:    "Deployment API request latency by handler, status code, and the group and its namespace.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"handler", "status", "namespace", "group"}),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bloodraven_deploy_api_rate_limited_total",
+			Help: "Deployment API requests answered 429 rate_limited by handler and the per-identity limit they were over (rate, in_flight).",
+		}, []string{"handler", "limit"}),
+		waitsNotHeld: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bloodraven_deploy_api_waits_not_held_total",
+			Help: "Lease GETs with Prefer: wait answered at once because their identity held as many lease GETs as it may, by handler.",
+		}, []string{"handler"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, &activeLeases{store: store, groups: groups, clock: clk}} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.rateLimited, m.waitsNotHeld, &activeLeases{store: store, groups: groups, clock: clk}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register deploy API metrics: %w", err)
 		}

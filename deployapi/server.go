@@ -53,6 +53,9 @@ type Config struct {
 	// AuthCacheTTL and AuthCacheSize default to 15 s and 1,024.
 	AuthCacheTTL  time.Duration
 	AuthCacheSize int
+	// FairShare are the per-identity limits (fairshare.go); zero fields
+	// take their defaults.
+	FairShare FairShare
 }
 
 // Server is the deployment API.
@@ -63,6 +66,7 @@ type Server struct {
 	leases  *leasestore.Store
 	clock   clock.PassiveClock
 	authn   *authenticator
+	fair    *fairShare
 	log     logr.Logger
 	metrics *metrics
 	router  *httprouter.Router
@@ -94,6 +98,7 @@ func New(cfg Config) (*Server, error) {
 		leases: cfg.Leases,
 		clock:  cfg.Clock,
 		authn:  newAuthenticator(cfg.Kube, cfg.Audience, cfg.Clock, cfg.AuthCacheTTL, cfg.AuthCacheSize),
+		fair:   newFairShare(cfg.FairShare),
 		log:    cfg.Log,
 	}
 	m, err := newMetrics(cfg.Metrics, cfg.Leases, cfg.Groups, cfg.Clock)
@@ -140,8 +145,8 @@ func (s *Server) Handler() http.Handler { return s.router }
 const statusClientClosedRequest = 499
 
 // wrap turns a route into a handler: one straight line of checks in the
-// contract's order (leadership, authentication, the path and body, then
-// authorization), then the route's action. It writes the answer and derives
+// contract's order (leadership, authentication, the identity's fair share,
+// the path and body, then authorization), then the route's action. It writes the answer and derives
 // the request's one log line and its metrics from the call and the result.
 func (s *Server) wrap(rt route) httprouter.Handle {
 	return func(w http.ResponseWriter, hr *http.Request, ps httprouter.Params) {
@@ -185,12 +190,21 @@ func (s *Server) serve(hr *http.Request, ps httprouter.Params, rt route, c *call
 		return nil, fail(err)
 	}
 	c.identity = id
-	e := rt.parse(hr, ps, c)
+	// The identity's share, before the body is read and before any read of
+	// the API server: a 429 costs nothing and changes nothing.
+	tk, e, limit := s.fair.admit(id, s.clock.Now())
+	if e != nil {
+		s.metrics.rateLimited.WithLabelValues(c.route, limit).Inc()
+		return nil, fail(e)
+	}
+	defer tk.done()
+	c.ticket = tk
+	e = rt.parse(hr, ps, c)
 	if e == nil {
 		e = parseNamespaceQuery(hr, c)
 	}
 	if e != nil {
-		*c = call{route: c.route, identity: id} // log nothing of a request that did not parse
+		*c = call{route: c.route, identity: id, ticket: tk} // log nothing of a request that did not parse
 		return nil, fail(e)
 	}
 	g, err = s.authorize(hr.Context(), id, c)

@@ -75,6 +75,12 @@ func (s *Server) watch(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 	if res.status != http.StatusOK || c.wait <= 0 {
 		return res
 	}
+	// Past the identity's held GETs, the preference is ignored (RFC 7240):
+	// the state as it stands, at once (fair share, fairshare.go).
+	if !c.ticket.hold() {
+		s.metrics.waitsNotHeld.WithLabelValues(c.route).Inc()
+		return res
+	}
 	deadline := s.clock.Now().Add(c.wait)
 	s.holding.Add(1)
 	defer s.holding.Add(-1)
