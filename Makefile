@@ -104,7 +104,7 @@ $(RULECHECK): hack/tools/rulecheck/go.mod hack/tools/rulecheck/go.sum hack/tools
 GENERATED_DIRS := api config charts/bloodraven/crds charts/bloodraven/files docs/crds.md
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, CRDs, RBAC and the chart's lease guard from the Go types and markers.
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, CRDs, RBAC and the chart's lease and fence guards from the Go types and markers.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd:allowDangerousTypes=true rbac:roleName=bloodraven webhook paths=./... \
 		output:crd:artifacts:config=config/crd output:rbac:artifacts:config=config/rbac \
@@ -115,6 +115,11 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, CRDs, RBAC and the chart's l
 	cp config/webhook/manifests.yaml charts/bloodraven/files/webhooks.yaml
 	@# The lease guard's constant part, from package leaseguard.
 	$(GO) run ./hack/leaseguard > charts/bloodraven/files/lease-guard.yaml
+	@# The fence guard's constant part, from package webhook. The webhooks'
+	@# match conditions (the operator's writes skip them) name the release's
+	@# ServiceAccount: templates/webhook.yaml adds them, as the playground and
+	@# the tests do with webhook.ExemptTheOperator.
+	$(GO) run ./hack/fenceguard > charts/bloodraven/files/fence-guard.yaml
 	@# The CRD reference, from the same generated schemas.
 	$(GO) run ./hack/crddoc config/crd > docs/crds.md
 

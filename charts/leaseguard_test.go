@@ -37,6 +37,27 @@ func typed(t *testing.T, u *unstructured.Unstructured, out any) {
 	}
 }
 
+// findNamed returns the objects of kind named name in objs.
+func findNamed(objs []*unstructured.Unstructured, kind, name string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range find(objs, kind) {
+		if o.GetName() == name {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// named returns the one object of kind named name in objs.
+func named(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	found := findNamed(objs, kind, name)
+	if len(found) != 1 {
+		t.Fatalf("%d %s %s in the render, want 1", len(found), kind, name)
+	}
+	return found[0]
+}
+
 // only returns the one object of kind in objs.
 func only(t *testing.T, objs []*unstructured.Unstructured, kind string) *unstructured.Unstructured {
 	t.Helper()
@@ -77,8 +98,8 @@ func TestTheChartsLeaseGuardIsThePackages(t *testing.T) {
 			})
 			var policy admissionregistrationv1.ValidatingAdmissionPolicy
 			var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
-			typed(t, only(t, objs, "ValidatingAdmissionPolicy"), &policy)
-			typed(t, only(t, objs, "ValidatingAdmissionPolicyBinding"), &binding)
+			typed(t, named(t, objs, "ValidatingAdmissionPolicy", "bloodraven-lease-guard"), &policy)
+			typed(t, named(t, objs, "ValidatingAdmissionPolicyBinding", "bloodraven-lease-guard"), &binding)
 			for _, o := range []metav1.Object{&policy, &binding} {
 				if o.GetLabels()["app.kubernetes.io/instance"] != "bloodraven" {
 					t.Errorf("%s carries no release labels: %v", o.GetName(), o.GetLabels())
@@ -89,7 +110,7 @@ func TestTheChartsLeaseGuardIsThePackages(t *testing.T) {
 			same(t, &binding, wantBinding)
 		})
 	}
-	if out, err := render(t, "leaseGuard.enabled=false"); err != nil || len(find(docs(t, out), "ValidatingAdmissionPolicy")) != 0 {
+	if out, err := render(t, "leaseGuard.enabled=false"); err != nil || len(findNamed(docs(t, out), "ValidatingAdmissionPolicy", "bloodraven-lease-guard")) != 0 {
 		t.Fatalf("leaseGuard.enabled=false still renders the guard (err %v)", err)
 	}
 }
@@ -99,13 +120,14 @@ func same(t *testing.T, got, want any) {
 	if !reflect.DeepEqual(got, want) {
 		g, _ := yaml.Marshal(got)
 		w, _ := yaml.Marshal(want)
-		t.Fatalf("the chart renders\n%s\npackage leaseguard builds\n%s", g, w)
+		t.Fatalf("the chart renders\n%s\nthe package builds\n%s", g, w)
 	}
 }
 
 // The names and flags the operator must match, and the namespaced mode's
-// scope: the webhooks on the watched namespaces, the guard on those and the
-// release namespace, the operator told which to watch.
+// scope: the webhooks and the fence guard on the watched namespaces, the
+// lease guard on those and the release namespace, the operator told which to
+// watch.
 func TestTheOperatorIsToldItsNamesAndNamespaces(t *testing.T) {
 	tests := map[string]struct {
 		sets                       []string
@@ -146,14 +168,16 @@ func TestTheOperatorIsToldItsNamesAndNamespaces(t *testing.T) {
 					t.Errorf("webhook %s selects namespaces %v, want %v (nil: all)", w.Name, got, tc.webhookNamespaces)
 				}
 			}
-			var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
-			typed(t, only(t, objs, "ValidatingAdmissionPolicyBinding"), &binding)
-			var sel *metav1.LabelSelector
-			if binding.Spec.MatchResources != nil {
-				sel = binding.Spec.MatchResources.NamespaceSelector
-			}
-			if got := selected(sel); !reflect.DeepEqual(got, tc.guarded) {
-				t.Errorf("the lease guard covers namespaces %v, want %v (nil: all)", got, tc.guarded)
+			for guard, want := range map[string][]string{"bloodraven-lease-guard": tc.guarded, "bloodraven-fence-guard": tc.webhookNamespaces} {
+				var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+				typed(t, named(t, objs, "ValidatingAdmissionPolicyBinding", guard), &binding)
+				var sel *metav1.LabelSelector
+				if binding.Spec.MatchResources != nil {
+					sel = binding.Spec.MatchResources.NamespaceSelector
+				}
+				if got := selected(sel); !reflect.DeepEqual(got, want) {
+					t.Errorf("%s covers namespaces %v, want %v (nil: all)", guard, got, want)
+				}
 			}
 		})
 	}

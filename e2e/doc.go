@@ -22,8 +22,10 @@
 //     5 s ttl stops its command by its confirmed deadline (exit 4);
 //   - the etcd restart: a revoked operation stays revoked, one holder after;
 //   - emergency failover of real MariaDB, also while every deployment-Lease
-//     update is denied, and during `bloodraven deploy run` (exit 5,
-//     DeploymentLeaseRevoked);
+//     update is denied, during `bloodraven deploy run` (exit 5,
+//     DeploymentLeaseRevoked), and with the webhooks black-holed behind a
+//     fault proxy (promoted within the 5-s budget + 10 s, while a person's
+//     status edit fails closed);
 //   - partial failure of the primary (iad) behind a fault proxy
 //     (internal/faultproxy) or paused with SIGSTOP: a planned failover
 //     requested while iad is paused, black-holed or refusing connections

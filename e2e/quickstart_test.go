@@ -199,7 +199,7 @@ func checkHelmDryRun(t *testing.T, admin client.Client, out string) {
 
 // dryRunCreateOrReplace validates u as the API server would store it: a
 // dry-run create, or, where the playground has an object of that name
-// (its operator's ClusterRole, webhooks and lease guard), a dry-run
+// (its operator's ClusterRole, webhooks, lease and fence guards), a dry-run
 // replace of it, so that nothing of the playground's is merged in.
 func dryRunCreateOrReplace(c client.Client, u *unstructured.Unstructured) error {
 	ctx := context.Background()

@@ -15,8 +15,11 @@
 //   - The fence. Even the operator changes status.topologyGeneration and
 //     status.activeSite only by the rules of the fence: the generation never
 //     decreases and moves by exactly one, and only together with a change of
-//     active site — or, for a promotion that keeps the site (restore in place),
-//     the transition the operator announced in status.transition beforehand.
+//     active site to one of spec.sites — or, for a promotion that keeps the
+//     site (restore in place), the transition the operator announced in
+//     status.transition beforehand. This rule is not a webhook but the fence
+//     guard (FenceGuard), a ValidatingAdmissionPolicy the API server
+//     evaluates itself.
 //   - The group spec: a planned failover or restore-in-place target must be
 //     one of spec.sites, site names are unique, the active site cannot be
 //     removed. The revoke annotation is accepted with any value.
@@ -28,6 +31,22 @@
 // The webhook configuration (config/webhook) is generated from the markers
 // here: failurePolicy Fail, sideEffects None, 5 s timeouts.
 //
+// The operator's own writes never wait on these webhooks: whoever installs
+// them (the chart, the playground, the tests) adds the match condition
+// NotTheOperator to each (ExemptTheOperator), which the API server evaluates
+// before it would call one, so the operator's status, DeployRun and
+// bookkeeping writes succeed while a replica lost with its node still sits
+// in the webhooks' Service, and a failover is not delayed. Everyone else's
+// requests are sent: people's edits stay guarded and fail closed (refused
+// after the 5 s timeout) while no replica answers; so do the garbage
+// collector's and the namespace controller's deletions of DeployRuns, which
+// wait until a replica serves again. The handlers still accept the
+// operator's requests as before, should a configuration without the
+// condition send them (they need none of them), and the fence's rules for
+// the operator live in the fence guard, not here.
+// TestTheOperatorsWritesNeverWaitOnItsWebhooks holds this through the API
+// server with the webhooks black-holed.
+//
 // Not guaranteed: the API server validates the CRD schema before calling
 // these webhooks, so for errors the schema also catches (a duplicate
 // namespace, a missing field) the user sees the schema's message; the webhook
@@ -35,5 +54,8 @@
 // MysqlDatabases from granting deployment coordination: that authority is
 // the design. Whoever authenticates as the operator's identity writes status
 // within the fence rules; who may obtain that ServiceAccount's tokens is
-// RBAC's to decide.
+// RBAC's to decide. The operator's identity is exempt from the webhooks: a
+// spec, client-list or DeployRun write made with it is not checked, and the
+// fence's rules hold it only where the fence guard is installed (the chart
+// renders it with the webhooks; the playground installs it).
 package webhook

@@ -47,6 +47,11 @@ type Config struct {
 	OperatorBinary string
 	// Listener addresses of the operator. Defaults :8443, :8082, :8080, :8081.
 	TLSAddr, AuxAddr, MetricsAddr, ProbeAddr string
+	// WebhookAddr is where the API server calls the webhooks; default
+	// 127.0.0.1 at TLSAddr's port. A test sets it to a fault proxy
+	// (internal/faultproxy) in front of the TLS listener, which it must
+	// start before Up, to take the webhooks away as a lost replica would.
+	WebhookAddr string
 	// MySQLPorts are the loopback ports of the iad and pdx MariaDB sites.
 	// Default 13306 and 13307.
 	MySQLPorts [2]int

@@ -44,6 +44,10 @@ bloodraven-leader
 {{ include "bloodraven.fullname" . }}-lease-guard
 {{- end -}}
 
+{{- define "bloodraven.fenceGuardName" -}}
+{{ include "bloodraven.fullname" . }}-fence-guard
+{{- end -}}
+
 {{/*
 A namespaceSelector on the namespaces of a list (kubernetes.io/metadata.name
 In ...), sorted, each once.
