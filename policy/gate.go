@@ -41,7 +41,9 @@ func GateRecorded(st *v1.MysqlDatabaseStatus, rec *leases.Record) bool {
 	if rec == nil || st.LastVerifiedOperationID != rec.OperationID {
 		return false
 	}
-	return st.LastVerifiedTenureStart == nil || st.LastVerifiedTenureStart.Time.Equal(tenureStart(rec))
+	// At the microsecond the status keeps (MicroTime): the record's time
+	// may be finer.
+	return st.LastVerifiedTenureStart == nil || st.LastVerifiedTenureStart.Time.Equal(tenureStart(rec).Truncate(time.Microsecond))
 }
 
 // VerificationPending is the operation a database waits on, and the

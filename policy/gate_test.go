@@ -29,6 +29,9 @@ func TestCloseGate(t *testing.T) {
 		"a gate already closed keeps its operation":                  {st: pending, rec: ddl(rec("a", leases.StateReleased, 7, live))},
 		// Issue 35, item 4: verification covers one tenure.
 		"the verified tenure does not close it again": {st: verifiedTenure("a", t0.Add(-time.Hour)), rec: tenureOf(ddl(rec("a", leases.StateReleased, 7, live)), t0.Add(-time.Hour))},
+		// The status keeps microseconds; a record's clock may be finer.
+		"the verified tenure, its record's time finer than the status's, does not close it again": {st: verifiedTenure("a", t0.Add(-time.Hour)),
+			rec: tenureOf(ddl(rec("a", leases.StateReleased, 7, live)), t0.Add(-time.Hour+789*time.Nanosecond))},
 		"a later tenure of the verified operation id closes it again": {st: verifiedTenure("a", t0.Add(-time.Hour)),
 			rec: tenureOf(ddl(rec("a", leases.StateReleased, 7, live)), t0.Add(-time.Minute)), changed: true, wantEnded: "released"},
 	}
