@@ -131,7 +131,11 @@ func (m *mutexClient) do(in mutexInput) mutexOutput {
 	m.h.count(answer{at: time.Unix(0, ret), verb: in.verb, status: st, code: code})
 	var out mutexOutput
 	switch {
-	case st == http.StatusServiceUnavailable && code == "not_leader", code == "not connected":
+	case st == http.StatusServiceUnavailable && code == "not_leader", code == "not connected",
+		// The pipelines share one ServiceAccount and retry every 30 ms: past
+		// its fair share (DESIGN §3) a request is refused before anything,
+		// like a 423 for the client.
+		st == http.StatusTooManyRequests && code == "rate_limited":
 		// Refused before anything (or never sent): no effect.
 		return mutexOutput{outcome: "not_leader"}
 	case st == 0 || st >= 500:
