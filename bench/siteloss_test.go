@@ -223,7 +223,7 @@ func TestSiteLoss(t *testing.T) {
 			t.Fatalf("BENCH_GROUP_WORKERS: %q", v)
 		}
 	}
-	o := operatortest.Start(t, env, operatortest.Options{Quiet: true, ProbeInterval: 10 * time.Second,
+	o := operatortest.Start(t, env, operatortest.Options{Quiet: true, ProbeInterval: 10 * time.Second, FairShare: benchFairShare,
 		FailureDetectionSeconds: budget, Workers: workers})
 	sl := &siteLoss{o: o, active: map[string]string{}}
 	// One group of the renewal cells (bench-000, with its database), and

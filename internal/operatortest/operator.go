@@ -40,6 +40,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/deployapi"
 	"github.com/shipstream/bloodraven/internal/pki"
 	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/leasestore"
@@ -79,6 +80,11 @@ type Options struct {
 	// defaults (500, 1000).
 	QPS   float32
 	Burst int
+	// FairShare are the deployment API's per-identity limits (zero fields:
+	// the operator's defaults). Every client of the scene is one identity
+	// (the deploy ServiceAccount), so a load test sets them above the load
+	// it drives: the limiter still runs on every request.
+	FairShare deployapi.FairShare
 }
 
 // Operator is a running in-process operator and its scene: one group with
@@ -161,7 +167,7 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 	parts, err := operator.New(mgr, operator.Config{
 		Driver: o.Driver, Clock: skewed{d: opts.Skew}, Log: quiet(t, opts.Quiet), Metrics: prometheus.NewRegistry(),
 		RecordKey: key, ProbeInterval: opts.ProbeInterval, Workers: opts.Workers,
-		DeployAPI: &operator.DeployAPIConfig{Kube: env.Kube},
+		DeployAPI: &operator.DeployAPIConfig{Kube: env.Kube, FairShare: opts.FairShare},
 	})
 	must(t, err)
 	o.newAPI = func(isLeader func() bool) http.Handler {
