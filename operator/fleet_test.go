@@ -107,7 +107,7 @@ func startFleetOperator(t *testing.T, ns string, workers int) {
 	drv := mysqldriver.NewCached(func(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
 		return "bloodraven", "s3cret", nil
 	}, clock.RealClock{})
-	key, err := leasestore.LoadRecordKey(ctx, env.Client, ns, "bloodraven-lease-record-key")
+	key, err := leasestore.LoadRecordKey(ctx, env.Client, ns, "bloodraven-lease-record-key", ns)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -162,7 +162,7 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 		Logger:                 quiet(t, opts.Quiet),
 	})
 	must(t, err)
-	key, err := leasestore.LoadRecordKey(ctx, env.Client, o.Namespace, "bloodraven-lease-record-key")
+	key, err := leasestore.LoadRecordKey(ctx, env.Client, o.Namespace, "bloodraven-lease-record-key", o.Namespace)
 	must(t, err)
 	parts, err := operator.New(mgr, operator.Config{
 		Driver: o.Driver, Clock: skewed{d: opts.Skew}, Log: quiet(t, opts.Quiet), Metrics: prometheus.NewRegistry(),
