@@ -182,13 +182,13 @@ func waitRuns(t *testing.T, admin client.Client, want map[string]runWant) []v1.D
 		if err := admin.List(context.Background(), &list, client.InNamespace(devenv.PlaygroundNamespace)); err != nil {
 			t.Fatal(err)
 		}
-		ok := 0
+		matched := map[string]bool{} // an operation re-run under its id has a run per tenure
 		for i := range list.Items {
 			if w, found := want[list.Items[i].Spec.OperationID]; found && w.matches(&list.Items[i]) {
-				ok++
+				matched[list.Items[i].Spec.OperationID] = true
 			}
 		}
-		if ok == len(want) {
+		if len(matched) == len(want) {
 			return list.Items
 		}
 		if time.Now().After(deadline) {

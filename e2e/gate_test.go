@@ -95,6 +95,36 @@ func TestTheGateClosesHoweverARunEndsPastItsDDLBoundary(t *testing.T) {
 			t.Fatalf("after verify: %+v %v", db.Status, err)
 		}
 	})
+	// Issue 35, item 4: verification covers one tenure. The verified
+	// operation id is run again, reports its DDL boundary and is killed -9
+	// again: the gate closes again, and a new operation is refused until
+	// the re-run is verified. At e3e472e the gate stayed open.
+	t.Run("a re-run of the verified operation killed again", func(t *testing.T) {
+		pidFile := filepath.Join(t.TempDir(), "pid")
+		run := start("killed-after-ddl", 5, "sh", "-c", `"$0" deploy mark-ddl && echo $$ > "$1" && exec sleep 600`, cfg.OperatorBinary, pidFile)
+		var pid int
+		waitFor(t, 30*time.Second, func() bool {
+			b, err := os.ReadFile(pidFile)
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			return err == nil && pid > 0
+		})
+		if err := run.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		<-run.Done()
+		waitGate("killed-after-ddl", "expired", 60*time.Second)
+		next := start("after-the-rerun", 30, "true")
+		select {
+		case <-next.Done():
+		case <-time.After(60 * time.Second):
+			t.Fatalf("a run after the re-run's loss did not exit within 60 s:\n%s", next.Output())
+		}
+		if next.ExitCode() != 8 || !strings.Contains(next.Output(), "verification_required") || !strings.Contains(next.Output(), "killed-after-ddl") {
+			t.Fatalf("a run after the re-run's loss: exit %d, want 8 naming verification_required and killed-after-ddl:\n%s", next.ExitCode(), next.Output())
+		}
+		verify("killed-after-ddl")
+	})
 	t.Run("a run that confirmed its end", func(t *testing.T) {
 		run := start("succeeds", 30, "sh", "-c", `"$0" deploy mark-ddl`, cfg.OperatorBinary)
 		run.WaitExit(t, 60*time.Second, 0, "succeeded", "succeeded")
@@ -102,12 +132,25 @@ func TestTheGateClosesHoweverARunEndsPastItsDDLBoundary(t *testing.T) {
 	})
 	// Every run left a DeployRun saying how it ended: the client's report
 	// where it released, the lease's expiry where it was killed.
-	waitRuns(t, admin, map[string]runWant{
+	runs := waitRuns(t, admin, map[string]runWant{
 		"fails-after-ddl":  {outcome: "failed", phase: "ddl", leaseEnd: "released", granted: 1},
 		"fails-before-ddl": {outcome: "failed", phase: "pre-ddl", leaseEnd: "released", granted: 1},
 		"killed-after-ddl": {outcome: "expired", phase: "ddl", leaseEnd: "expired", granted: 1},
 		"succeeds":         {outcome: "succeeded", phase: "done", leaseEnd: "released", granted: 1},
 	})
+	// The re-run has a run of its own; the first keeps its outcome.
+	var killed int
+	for _, r := range runs {
+		if r.Spec.OperationID == "killed-after-ddl" {
+			killed++
+			if r.Status.Outcome != "expired" {
+				t.Errorf("a run of killed-after-ddl says %s, want expired", r.Status.Outcome)
+			}
+		}
+	}
+	if killed != 2 {
+		t.Errorf("%d DeployRuns of killed-after-ddl, want 2 (one per tenure)", killed)
+	}
 }
 
 // A run whose confirming `done` renewal was answered 200 just before a move
