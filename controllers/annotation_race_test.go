@@ -51,7 +51,7 @@ func TestAGrantThatLandsBetweenTheRevocationAndTheAnnotationsRemovalIsRevoked(t 
 		},
 	})
 	store := &leasestore.Store{Client: apiClient, API: env.Client, Clock: f.clock, Key: testRecordKey}
-	api, err := deployapi.New(deployapi.Config{IsLeader: func() bool { return true }, Clock: f.clock, Kube: env.Kube,
+	api, err := deployapi.New(deployapi.Config{IsLeader: func() bool { return true }, Clock: f.clock, Kube: env.Kube, FairShare: roomyShare,
 		API: env.Client, Leases: store, Log: logr.Discard()})
 	if err != nil {
 		t.Fatal(err)

@@ -79,7 +79,7 @@ func newFixture(t *testing.T, withDriver bool) *fixture {
 		f.driver.Seed(f.group, "iad")
 		f.rec.Driver = f.driver
 	}
-	f.api, err = deployapi.New(deployapi.Config{IsLeader: func() bool { return true }, Clock: f.clock, Kube: env.Kube,
+	f.api, err = deployapi.New(deployapi.Config{IsLeader: func() bool { return true }, Clock: f.clock, Kube: env.Kube, FairShare: roomyShare,
 		API: env.Client, Leases: store, Log: logr.Discard()})
 	if err != nil {
 		t.Fatal(err)
@@ -216,3 +216,8 @@ var testRecordKey = func() *leasestore.RecordKey {
 	}
 	return k
 }()
+
+// roomyShare is the deployment API's fair share in these tests: their fake
+// clock stands still, so a token bucket would never refill; every request
+// is one identity's. The share's own behaviour is tested in deployapi.
+var roomyShare = deployapi.FairShare{Rate: 1e9, Burst: 1 << 30, InFlight: 1 << 12, HeldGets: 1 << 12}

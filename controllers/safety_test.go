@@ -294,7 +294,7 @@ func straddle(t *testing.T, n int) (promoted bool, status int, reads int) {
 			return c.Update(ctx, obj, opts...)
 		},
 	})
-	api, err := deployapi.New(deployapi.Config{IsLeader: func() bool { return true }, Clock: f.clock, Kube: env.Kube,
+	api, err := deployapi.New(deployapi.Config{IsLeader: func() bool { return true }, Clock: f.clock, Kube: env.Kube, FairShare: roomyShare,
 		API: env.Client, Leases: &leasestore.Store{Client: slow, API: env.Client, Clock: f.clock, Key: testRecordKey}, Log: logr.Discard()})
 	if err != nil {
 		t.Fatal(err)

@@ -50,6 +50,25 @@ func TestTheGateClosesHoweverARunEndsPastItsDDLBoundary(t *testing.T) {
 		}
 	}
 	verify := func(op string) { t.Helper(); verifySchema(t, admin, op) }
+	// killAfterDDL runs op (ttl 5 s) past `deploy mark-ddl`, then kills its
+	// runner -9, and the orphaned command with it (not what this test is
+	// about): nothing releases the lease.
+	killAfterDDL := func(t *testing.T, op string) {
+		t.Helper()
+		pidFile := filepath.Join(t.TempDir(), "pid")
+		run := start(op, 5, "sh", "-c", `"$0" deploy mark-ddl && echo $$ > "$1" && exec sleep 600`, cfg.OperatorBinary, pidFile)
+		var pid int
+		waitFor(t, 30*time.Second, func() bool {
+			b, err := os.ReadFile(pidFile)
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			return err == nil && pid > 0
+		})
+		if err := run.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		<-run.Done()
+	}
 	notGated := func(why string) { t.Helper(); expectNotGated(t, p, admin, cfg.TLSAddr, why) }
 
 	t.Run("a command that fails after its DDL boundary", func(t *testing.T) {
@@ -64,19 +83,7 @@ func TestTheGateClosesHoweverARunEndsPastItsDDLBoundary(t *testing.T) {
 		notGated("a run that failed before its DDL boundary")
 	})
 	t.Run("a runner killed right after mark-ddl returned", func(t *testing.T) {
-		pidFile := filepath.Join(t.TempDir(), "pid")
-		run := start("killed-after-ddl", 5, "sh", "-c", `"$0" deploy mark-ddl && echo $$ > "$1" && exec sleep 600`, cfg.OperatorBinary, pidFile)
-		var pid int
-		waitFor(t, 30*time.Second, func() bool {
-			b, err := os.ReadFile(pidFile)
-			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-			return err == nil && pid > 0
-		})
-		if err := run.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		_ = syscall.Kill(pid, syscall.SIGKILL) // the orphaned command: not what this test is about
-		<-run.Done()
+		killAfterDDL(t, "killed-after-ddl")
 		// Nothing released the lease and nothing asks for a grant: the
 		// group controller sees it expire (ttl 5 s) on a pass.
 		waitGate("killed-after-ddl", "expired", 60*time.Second)
@@ -100,19 +107,7 @@ func TestTheGateClosesHoweverARunEndsPastItsDDLBoundary(t *testing.T) {
 	// again: the gate closes again, and a new operation is refused until
 	// the re-run is verified. At e3e472e the gate stayed open.
 	t.Run("a re-run of the verified operation killed again", func(t *testing.T) {
-		pidFile := filepath.Join(t.TempDir(), "pid")
-		run := start("killed-after-ddl", 5, "sh", "-c", `"$0" deploy mark-ddl && echo $$ > "$1" && exec sleep 600`, cfg.OperatorBinary, pidFile)
-		var pid int
-		waitFor(t, 30*time.Second, func() bool {
-			b, err := os.ReadFile(pidFile)
-			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-			return err == nil && pid > 0
-		})
-		if err := run.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-		<-run.Done()
+		killAfterDDL(t, "killed-after-ddl")
 		waitGate("killed-after-ddl", "expired", 60*time.Second)
 		next := start("after-the-rerun", 30, "true")
 		select {
