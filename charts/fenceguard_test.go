@@ -13,7 +13,7 @@ import (
 	"github.com/shipstream/bloodraven/webhook"
 )
 
-// The operator's own writes never wait on its own webhooks (DESIGN §5,
+// The operator's own writes never wait on its own webhooks (docs/design.md,
 // "Resolved (edges)"): every webhook the chart renders (each one generated
 // from the markers) skips the release's operator with package webhook's
 // match condition, and the fence guard, which holds the operator's fence

@@ -149,7 +149,7 @@ func TestAmbiguousGroupAcrossNamespaces(t *testing.T) {
 		t.Fatalf("lease not in the instance's namespace: %d items, %v", len(list.Items), err)
 	}
 	// A renewal carries no instance, but its lease settles it: the
-	// namespace whose record matches the token (DESIGN §3, tenants).
+	// namespace whose record matches the token (docs/api.md, tenants).
 	if rr := f.do(http.MethodPut, leasePath("migration", "op-1"), f.token, map[string]any{"token": r.str("token")}); rr.status != http.StatusOK || rr.str("namespace") != otherNS {
 		t.Fatalf("lease-settled renewal: %d %s", rr.status, rr.raw)
 	}

@@ -47,7 +47,7 @@ func parseServiceAccount(username string) (Identity, bool) {
 	return Identity{Namespace: ns, ServiceAccount: name}, true
 }
 
-// Defaults of the TokenReview cache (DESIGN §3).
+// Defaults of the TokenReview cache (docs/api.md).
 const (
 	DefaultAuthCacheTTL  = 15 * time.Second
 	DefaultAuthCacheSize = 1024

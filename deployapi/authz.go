@@ -40,7 +40,7 @@ type scope struct {
 	instance  string
 }
 
-// authorize resolves the group the caller may use (DESIGN §3, "Resolved
+// authorize resolves the group the caller may use (docs/api.md, "Resolved
 // (tenants)"). Anything it refuses is errForbidden, whatever the reason, so
 // a 403 never tells whether the group exists.
 //

@@ -41,7 +41,7 @@ type call struct {
 	// answers at once.
 	wait time.Duration
 	// namespace is the ?namespace= query parameter: when set, only that
-	// namespace is considered (DESIGN §3, "Resolved (tenants)").
+	// namespace is considered (docs/api.md, "Resolved (tenants)").
 	namespace string
 	// ticket is the request's place in its identity's fair share.
 	ticket *ticket

@@ -71,7 +71,7 @@ func (f *fixture) countingServer(t testing.TB, log *requestLog) *Server {
 	return s
 }
 
-// DESIGN §4's cost budget: a steady renewal costs one uncached read for
+// docs/design.md's cost budget: a steady renewal costs one uncached read for
 // authorization (a GET of the database by name, never a LIST), the fence read and one Lease write with the cached
 // resourceVersion — the TokenReview is amortized by the cache, and there is
 // no GET of the Lease before the write.

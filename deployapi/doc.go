@@ -23,7 +23,7 @@
 // route, and the request's log line is derived from the call and the
 // result.
 //
-// Which namespace a request means (authz.go, DESIGN §3 "Resolved
+// Which namespace a request means (authz.go, docs/api.md "Resolved
 // (tenants)"): a namespace counts only where a group named {group} exists;
 // ?namespace= confines a request to one; the lease GET, PUT and DELETE are
 // settled by the record that carries the caller's lease token and are

@@ -13,7 +13,7 @@ import (
 	"github.com/shipstream/bloodraven/leasestore"
 )
 
-// Error codes of the contract (DESIGN §3).
+// Error codes of the contract (docs/api.md).
 const (
 	codeBadRequest       = "bad_request"
 	codeUnauthenticated  = "unauthenticated"
@@ -101,7 +101,7 @@ func errDeferralBudgetExhausted() *apiError {
 }
 
 // errVerificationRequired answers a migration grant for an instance whose
-// last run lost authority past its DDL boundary (DESIGN §5): op is that
+// last run lost authority past its DDL boundary (docs/design.md): op is that
 // operation, generation the topology generation it was granted under.
 func errVerificationRequired(op string, generation int64) *apiError {
 	return &apiError{status: http.StatusConflict, code: codeVerification,
@@ -172,7 +172,7 @@ func (e *apiError) headers(h http.Header) {
 	if e.code == codeNotLeader {
 		// A follower must not keep the caller's connection: a Service
 		// picks a backend per connection, so a kept-alive one would stay
-		// pinned to this replica (DESIGN §3, "Leader routing").
+		// pinned to this replica (docs/api.md, "Leader routing").
 		h.Set("Connection", "close")
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Fair share (DESIGN §3, "Resolved (edges): fair share"; issue 35): one
+// Fair share (docs/api.md, "Resolved (edges): fair share"; issue 35): one
 // tenant's traffic never costs another tenant its authority. Every request of
 // an authenticated identity (the ServiceAccount of the TokenReview) passes
 // its identity's share after authentication and before anything else is

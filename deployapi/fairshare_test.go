@@ -253,7 +253,7 @@ func TestHeldLeaseGetsPerIdentity(t *testing.T) {
 	}
 }
 
-// The order of checks (DESIGN §3): 401 before 429, 429 before 413 and 400.
+// The order of checks (docs/api.md): 401 before 429, 429 before 413 and 400.
 func TestRateLimitedComesAfter401AndBefore413(t *testing.T) {
 	f := newFixture(t)
 	other := f.addClient()

@@ -28,10 +28,10 @@ type leaseBody struct {
 	TopologyGeneration int64  `json:"topologyGeneration"`
 	TTLSeconds         int64  `json:"ttlSeconds"`
 	// Namespace is the group's namespace, the one the request was settled
-	// in (additive, DESIGN §3 "Resolved (tenants)"): a client pins it.
+	// in (additive, docs/api.md "Resolved (tenants)"): a client pins it.
 	Namespace string `json:"namespace"`
 	// Phase, on the migration lease only: the phase the record holds
-	// (additive, DESIGN §3 PUT row).
+	// (additive, docs/api.md PUT row).
 	Phase string `json:"phase,omitempty"`
 }
 

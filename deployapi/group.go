@@ -39,7 +39,7 @@ type leaseJSON struct {
 	TopologyGeneration int64  `json:"topologyGeneration"`
 }
 
-// admissionJSON is a running deferral budget (DESIGN §5): when the
+// admissionJSON is a running deferral budget (docs/design.md): when the
 // planned operation it bounds proceeds whatever the holds say. Only
 // present while one runs (spec.maxDeferralSeconds set and a hold deferred a
 // request); the earliest when several do.

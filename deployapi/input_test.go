@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// Field names are exact and appear once (DESIGN §3): encoding/json alone
+// Field names are exact and appear once (docs/api.md): encoding/json alone
 // would accept {"KIND":...} and let the last of two ttlSeconds win.
 func TestFieldNamesAreExactAndAppearOnce(t *testing.T) {
 	f := newFixture(t)

@@ -19,7 +19,7 @@ import (
 // GET /deploy/v1/groups/{group}/leases/{kind}/{operationId}: the lease's
 // state, as a renewal would answer it but without renewing; with
 // `Prefer: wait=N` the answer is held until the lease stops being the
-// caller's or N seconds pass (DESIGN §3, "Watching a lease").
+// caller's or N seconds pass (docs/api.md, "Watching a lease").
 
 // maxWatchWait bounds Prefer: wait=N.
 const maxWatchWait = 60 * time.Second

@@ -23,7 +23,7 @@ const (
 	KindFailoverHold = "failover-hold"
 )
 
-// Error codes of the deployment API that the client acts on (DESIGN §3).
+// Error codes of the deployment API that the client acts on (docs/api.md).
 const (
 	CodeBadRequest       = "bad_request"
 	CodeUnauthenticated  = "unauthenticated"
@@ -37,17 +37,17 @@ const (
 	CodeNotLeader        = "not_leader"
 	CodeUnavailable      = "unavailable"
 	// CodeVerificationRequired: a migration grant for an instance whose last
-	// run lost authority past its DDL boundary (DESIGN §5).
+	// run lost authority past its DDL boundary (docs/design.md).
 	CodeVerificationRequired = "verification_required"
 	// CodeDeferralBudgetExhausted: a failover-hold grant while a planned
-	// operation's deferral budget is spent and it has not run (DESIGN §5):
+	// operation's deferral budget is spent and it has not run (docs/design.md):
 	// not acquired now (exit 3); retry after the operation ran.
 	CodeDeferralBudgetExhausted = "deferral_budget_exhausted"
 	CodeMethodNotAllowed        = "method_not_allowed"
 )
 
 // Phase is how far a migration's command got, as a renewal reports it
-// (DESIGN §3 PUT row): pre-ddl, ddl or done. Phases only move forward.
+// (docs/api.md PUT row): pre-ddl, ddl or done. Phases only move forward.
 type Phase string
 
 // Phases of a migration, in order. The empty Phase sends none.
@@ -76,7 +76,7 @@ type Config struct {
 	UserAgent string
 	// Namespace is the group's namespace (a DNS label). When set, every
 	// request carries ?namespace=<ns>, so the server considers only that
-	// namespace (it settles an ambiguity across namespaces, DESIGN §3), and
+	// namespace (it settles an ambiguity across namespaces, docs/api.md), and
 	// an answer that names another namespace is a *NamespaceError. Empty:
 	// requests name none; a Session then learns and pins the namespace from
 	// its first answer that names one.
@@ -432,7 +432,7 @@ func (c *Client) Release(ctx context.Context, group, kind, operationID, token st
 }
 
 // Outcomes a release of the migration lease may report (X-Deploy-Outcome,
-// DESIGN §5); the operator records the report in the operation's DeployRun.
+// docs/design.md); the operator records the report in the operation's DeployRun.
 const (
 	OutcomeSucceeded     = "succeeded"
 	OutcomeFailed        = "failed"

@@ -1,5 +1,5 @@
 // Package deployrun writes DeployRun objects: the history of granted
-// migration operations (DESIGN §5, "Run history"; docs/design.md, "Run
+// migration operations (docs/design.md, "Run history"; docs/design.md, "Run
 // history").
 //
 // A DeployRun is a projection of its operation's migration lease record

@@ -133,7 +133,7 @@ func (m *mutexClient) do(in mutexInput) mutexOutput {
 	switch {
 	case st == http.StatusServiceUnavailable && code == "not_leader", code == "not connected",
 		// The pipelines share one ServiceAccount and retry every 30 ms: past
-		// its fair share (DESIGN §3) a request is refused before anything,
+		// its fair share (docs/api.md) a request is refused before anything,
 		// like a 423 for the client.
 		st == http.StatusTooManyRequests && code == "rate_limited":
 		// Refused before anything (or never sent): no effect.

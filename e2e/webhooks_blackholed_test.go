@@ -14,7 +14,7 @@ import (
 	"github.com/shipstream/bloodraven/internal/faultproxy"
 )
 
-// The operator's own writes never wait on its own webhooks (DESIGN §5,
+// The operator's own writes never wait on its own webhooks (docs/design.md,
 // "Resolved (edges)"), end to end: the API server calls the playground's
 // webhooks through a fault proxy, which is black-holed (connections
 // accepted, never answered) as a replica lost with its node is while it

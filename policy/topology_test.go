@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// A planned operation never waits inside a persisted transition (DESIGN §5,
+// A planned operation never waits inside a persisted transition (docs/design.md,
 // "Resolved (edges)"): a planned transition that cannot fence another site
 // (the probe finds it unreachable) is rolled back at once, its target fenced
 // first, and its operation readmitted; the emergency path decides from then

@@ -1,6 +1,6 @@
 package policy
 
-// Lease TTL bounds of the deployment API (DESIGN §3).
+// Lease TTL bounds of the deployment API (docs/api.md).
 const (
 	MinTTLSeconds     int64 = 5
 	MaxTTLSeconds     int64 = 120

@@ -46,7 +46,7 @@ func blackHole(t *testing.T) {
 	})
 }
 
-// The operator's own writes never wait on its own webhooks (DESIGN §5,
+// The operator's own writes never wait on its own webhooks (docs/design.md,
 // "Resolved (edges)"). With the webhooks' endpoint black-holed, every kind
 // of write the operator makes — its group's status (bootstrap, a
 // transition, a promotion), bookkeeping on the group's metadata, a

@@ -180,7 +180,7 @@ func (c *connFlags) client() (*deployclient.Client, error) {
 // exits 0 only once the operator answered 200 to that renewal at the grant's
 // generation, so the operator's record of the operation says ddl before the
 // first schema change. (The verification gate that acts on that record,
-// DESIGN §5, is not built yet; the phase is on the wire and in the Lease.)
+// docs/design.md, is not built yet; the phase is on the wire and in the Lease.)
 func markDDLCommand(stderr io.Writer, getenv func(string) string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "mark-ddl",

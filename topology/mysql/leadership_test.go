@@ -10,7 +10,7 @@ import (
 	"github.com/shipstream/bloodraven/topology"
 )
 
-// Issue 35, item 6 (DESIGN §5 "a deposed leader never acts on the data
+// Issue 35, item 6 (docs/design.md "a deposed leader never acts on the data
 // plane"): a leader paused inside FenceOthers (its GTID wait, a VM pause, a
 // long GC) resumes after a successor has moved the group. It confirms it
 // still leads before it opens the target; when it does not, nothing is
