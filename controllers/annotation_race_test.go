@@ -34,11 +34,7 @@ func TestAGrantThatLandsBetweenTheRevocationAndTheAnnotationsRemovalIsRevoked(t 
 	// remove the annotation (after its list).
 	writeNow, written, removed := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var gateWrite atomic.Bool
-	apiBase, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	apiClient := interceptor.NewClient(apiBase, interceptor.Funcs{
+	apiClient := intercepted(t, interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			if _, isLease := obj.(*coordinationv1.Lease); !isLease || !gateWrite.CompareAndSwap(true, false) {
 				return c.Create(ctx, obj, opts...)
@@ -59,11 +55,7 @@ func TestAGrantThatLandsBetweenTheRevocationAndTheAnnotationsRemovalIsRevoked(t 
 	// The controller's patch that removes the annotation first lets the
 	// grant's write land.
 	var gatePatch atomic.Bool
-	ctrlBase, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.rec.Client = interceptor.NewClient(ctrlBase, interceptor.Funcs{
+	f.rec.Client = intercepted(t, interceptor.Funcs{
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 			if _, isGroup := obj.(*v1.MysqlFailoverGroup); isGroup && gatePatch.CompareAndSwap(true, false) {
 				close(writeNow)

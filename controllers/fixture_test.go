@@ -18,6 +18,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployapi"
@@ -221,3 +222,15 @@ var testRecordKey = func() *leasestore.RecordKey {
 // clock stands still, so a token bucket would never refill; every request
 // is one identity's. The share's own behaviour is tested in deployapi.
 var roomyShare = deployapi.FairShare{Rate: 1e9, Burst: 1 << 30, InFlight: 1 << 12, HeldGets: 1 << 12}
+
+// intercepted is a client of the test API server whose calls go through
+// funcs (interceptor: a real client, not the fake one), for staging a race
+// between two of its calls.
+func intercepted(t *testing.T, funcs interceptor.Funcs) client.WithWatch {
+	t.Helper()
+	base, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return interceptor.NewClient(base, funcs)
+}

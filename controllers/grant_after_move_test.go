@@ -34,11 +34,7 @@ func TestAGrantThatLandsJustAfterAMoveIsWithdrawnAndItsRetryGranted(t *testing.T
 
 	var armed atomic.Bool
 	var wrote bool
-	base, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	intercepted := interceptor.NewClient(base, interceptor.Funcs{
+	leaseClient := intercepted(t, interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			if _, isLease := obj.(*coordinationv1.Lease); !isLease || !armed.CompareAndSwap(true, false) {
 				return c.Create(ctx, obj, opts...)
@@ -63,7 +59,7 @@ func TestAGrantThatLandsJustAfterAMoveIsWithdrawnAndItsRetryGranted(t *testing.T
 			return err
 		},
 	})
-	store := &leasestore.Store{Client: intercepted, API: env.Client, Clock: f.clock, Key: testRecordKey}
+	store := &leasestore.Store{Client: leaseClient, API: env.Client, Clock: f.clock, Key: testRecordKey}
 	api, err := deployapi.New(deployapi.Config{IsLeader: func() bool { return true }, Clock: f.clock, Kube: env.Kube, FairShare: roomyShare,
 		API: env.Client, Leases: store, Log: logr.Discard()})
 	if err != nil {

@@ -282,11 +282,7 @@ func straddle(t *testing.T, n int) (promoted bool, status int, reads int) {
 	holdName := leases.HoldName("playground", "op-1")
 	reached, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	base, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	slow := interceptor.NewClient(base, interceptor.Funcs{
+	slow := intercepted(t, interceptor.Funcs{
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 			if obj.GetName() == holdName {
 				once.Do(func() { close(reached); <-release })
