@@ -122,10 +122,15 @@ func (c *CredentialCache) Invalidate(g *v1.MysqlFailoverGroup) {
 }
 
 // NewCached returns a driver whose credentials come from a CredentialCache
-// over fetch, invalidated when a site refuses them.
+// over fetch, invalidated when a site refuses them. The cache reads clk;
+// so do the driver's waits when clk can wait (a clock.Clock, as the
+// operator's clock.WithTicker is).
 func NewCached(fetch Credentials, clk clock.PassiveClock) *Driver {
 	cc := &CredentialCache{Fetch: fetch, Clock: clk}
 	d := New(cc.Get)
 	d.CredentialsRejected = cc.Invalidate
+	if c, ok := clk.(clock.Clock); ok {
+		d.Clock = c
+	}
 	return d
 }

@@ -17,6 +17,11 @@ type dialect struct {
 	gtidExecuted string
 	// waitGTID(set, timeoutSeconds) returns 0 when the set is applied.
 	waitGTID string
+	// receivedGTID is the column of SHOW REPLICA STATUS that holds the
+	// GTIDs the replica has received (written to its relay log), applied or
+	// not: an emergency promotion waits (waitGTID) until they are applied
+	// before it stops and resets replication, which discards the relay log.
+	receivedGTID string
 	// column names in SHOW REPLICA STATUS
 	ioRunning, sqlRunning, lag, lastIOErrno string
 	sourceHost, sourcePort                  string
@@ -33,6 +38,7 @@ var mariaDB = dialect{
 	readOnlyQuery: "SELECT @@global.read_only, 0",
 	gtidExecuted:  "SELECT @@global.gtid_binlog_pos",
 	waitGTID:      "SELECT MASTER_GTID_WAIT(?, ?)",
+	receivedGTID:  "Gtid_IO_Pos",
 	ioRunning:     "Slave_IO_Running", sqlRunning: "Slave_SQL_Running", lag: "Seconds_Behind_Master", lastIOErrno: "Last_IO_Errno",
 	sourceHost: "Master_Host", sourcePort: "Master_Port",
 	stopReplica:  "STOP SLAVE",
@@ -51,6 +57,7 @@ var mySQL8 = dialect{
 	readOnlyQuery: "SELECT @@global.read_only, @@global.super_read_only",
 	gtidExecuted:  "SELECT @@global.gtid_executed",
 	waitGTID:      "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)",
+	receivedGTID:  "Retrieved_Gtid_Set",
 	ioRunning:     "Replica_IO_Running", sqlRunning: "Replica_SQL_Running", lag: "Seconds_Behind_Source", lastIOErrno: "Last_IO_Errno",
 	sourceHost: "Source_Host", sourcePort: "Source_Port",
 	stopReplica:  "STOP REPLICA",

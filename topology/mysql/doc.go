@@ -13,13 +13,20 @@
 //     writes before its position is read, and the target is writable only
 //     after it has applied that position.
 //   - Emergency promotion: the old primary is gone; the target applies what
-//     it already received (bounded wait), then the same fence-and-open steps;
-//     other reachable replicas are pointed at it.
+//     it already received (bounded by WaitTimeout) before its replication is
+//     stopped and reset, which discards the relay log: the GTIDs of the
+//     dialect's received column of SHOW REPLICA STATUS, waited for with the
+//     dialect's wait function (MariaDB: Gtid_IO_Pos and MASTER_GTID_WAIT;
+//     MySQL 8: Retrieved_Gtid_Set and WAIT_FOR_EXECUTED_GTID_SET). Then the
+//     same fence-and-open steps; other reachable replicas are pointed at it.
 //   - Fence: read-only, nothing else. Rejoin (after fencing) points a fenced
 //     site at the primary and checks the replica's IO thread: a server with
 //     errant transactions (GTIDs the new primary never had) is refused by
 //     the primary; the driver then stops replication, leaves it fenced, and
-//     returns ErrErrantTransactions.
+//     returns ErrErrantTransactions. It waits up to 5 s for the threads,
+//     measured and slept on the driver's Clock, and returns its context's
+//     error (wrapped: errors.Is context.Canceled or DeadlineExceeded) as
+//     soon as its context ends.
 //   - The fence in the database: bloodraven.fence holds the topology
 //     generation and active site, written on the new primary before it
 //     accepts writes (see FenceQuery). The write never lowers the
@@ -33,7 +40,10 @@
 //     within the leadership confirmed (topology.ErrNotLeading otherwise).
 //
 // Every call has short timeouts (connect 2 s, read/write 10 s; GTID waits
-// are bounded by WaitTimeout). TLS is used when a site's spec asks for it —
-// not implemented yet: connections are plain TCP. MariaDB is tested against
-// real servers; the MySQL 8 dialect only by SQL-level unit tests.
+// are bounded by WaitTimeout). The driver's own waits read Driver.Clock
+// (clock.RealClock when nil; NewCached sets the operator's clock). TLS is
+// used when a site's spec asks for it — not implemented yet: connections
+// are plain TCP. MariaDB is tested against real servers; the MySQL 8
+// dialect only by SQL-level unit tests (statements recorded by a
+// database/sql test driver).
 package mysql

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
+	"k8s.io/utils/clock"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/topology"
@@ -32,6 +33,14 @@ type Driver struct {
 	CredentialsRejected func(g *v1.MysqlFailoverGroup)
 	// WaitTimeout bounds GTID waits during promotion; default 30 s.
 	WaitTimeout time.Duration
+	// Clock is what the driver's own waits (Rejoin's wait for the
+	// replication threads) read and sleep on; clock.RealClock when nil.
+	// NewCached sets it to the clock it is given when that clock can wait.
+	Clock clock.Clock
+
+	// connect opens the pool of one DSN; nil: go-sql-driver/mysql. Tests
+	// put a recording database/sql driver here.
+	connect func(dsn string) (*sql.DB, error)
 
 	mu sync.Mutex
 	// dbs are the connection pools, one per group (UID) and address: two
@@ -63,6 +72,13 @@ type site struct {
 	port int
 	db   *sql.DB
 	d    dialect
+}
+
+func (d *Driver) clock() clock.Clock {
+	if d.Clock != nil {
+		return d.Clock
+	}
+	return clock.RealClock{}
 }
 
 func (d *Driver) waitTimeout() time.Duration {
@@ -98,7 +114,11 @@ func (d *Driver) open(ctx context.Context, g *v1.MysqlFailoverGroup, s v1.Site) 
 		ok = false
 	}
 	if !ok {
-		db, err := sql.Open("mysql", dsn)
+		connect := d.connect
+		if connect == nil {
+			connect = func(dsn string) (*sql.DB, error) { return sql.Open("mysql", dsn) }
+		}
+		db, err := connect(dsn)
 		if err != nil {
 			d.mu.Unlock()
 			return nil, err
@@ -323,13 +343,11 @@ func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target s
 			return err
 		}
 	} else {
-		// Emergency: apply what was already received.
-		rs, err := t.replicaStatus(ctx)
-		if err == nil {
-			if pos := rs["Gtid_IO_Pos"]; pos != "" {
-				_ = t.waitFor(ctx, pos, d.waitTimeout())
-			}
-		}
+		// Emergency: apply what was already received, before the relay log
+		// that holds it is reset below. The wait is bounded (WaitTimeout):
+		// a target that cannot apply it is promoted all the same, as the
+		// old primary is gone.
+		_ = t.applyReceived(ctx, d.waitTimeout())
 	}
 	// Still leading? FenceOthers' GTID wait, or a pause of this process,
 	// may have outlasted the leader lease; everything from here on opens
@@ -417,6 +435,22 @@ func (s *site) replicatesFrom(ctx context.Context, host string, port int) bool {
 	rs, err := s.replicaStatus(ctx)
 	return err == nil && rs[s.d.sourceHost] == host && rs[s.d.sourcePort] == strconv.Itoa(port) &&
 		rs[s.d.ioRunning] == "Yes" && rs[s.d.sqlRunning] == "Yes"
+}
+
+// applyReceived waits, bounded by timeout, until the site has applied every
+// transaction its replication has received: the GTIDs of the dialect's
+// receivedGTID column (MariaDB Gtid_IO_Pos, waited for with
+// MASTER_GTID_WAIT; MySQL 8 Retrieved_Gtid_Set, waited for with
+// WAIT_FOR_EXECUTED_GTID_SET). A site that has received nothing (not a
+// replica, or an empty set) has nothing to wait for.
+func (s *site) applyReceived(ctx context.Context, timeout time.Duration) error {
+	rs, err := s.replicaStatus(ctx)
+	if err != nil {
+		return fmt.Errorf("site %s: replica status: %w", s.name, err)
+	}
+	// MySQL prints a long GTID set over several lines.
+	received := strings.Join(strings.Fields(rs[s.d.receivedGTID]), "")
+	return s.waitFor(ctx, received, timeout)
 }
 
 // waitFor waits until the site has applied gtid.
@@ -598,12 +632,14 @@ func (d *Driver) Rejoin(ctx context.Context, g *v1.MysqlFailoverGroup, name, pri
 	if err := s.exec(ctx, append(s.d.readOnlyOn, s.d.stopReplica, s.d.changeSourceSQL(pp.Host, port, user, pw), s.d.startReplica)...); err != nil {
 		return err
 	}
-	// Give the IO thread a moment to connect or be refused.
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	// Give the IO thread a moment to connect or be refused, measured and
+	// waited on the driver's clock, and no longer than ctx lasts.
+	clk := d.clock()
+	deadline := clk.Now().Add(rejoinWait)
+	for {
 		rs, err := s.replicaStatus(ctx)
 		if err != nil {
-			return err
+			return fmt.Errorf("rejoin %s: replica status: %w", name, err)
 		}
 		if rs[s.d.ioRunning] == "Yes" && rs[s.d.sqlRunning] == "Yes" {
 			return nil
@@ -612,10 +648,25 @@ func (d *Driver) Rejoin(ctx context.Context, g *v1.MysqlFailoverGroup, name, pri
 			_ = s.exec(ctx, s.d.stopReplica)
 			return fmt.Errorf("site %s: %w", name, ErrErrantTransactions)
 		}
-		time.Sleep(100 * time.Millisecond)
+		if !clk.Now().Before(deadline) {
+			return fmt.Errorf("site %s: replication did not start within %v", name, rejoinWait)
+		}
+		t := clk.NewTimer(rejoinPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("rejoin %s: waiting for replication to start: %w", name, ctx.Err())
+		case <-t.C():
+		}
 	}
-	return fmt.Errorf("site %s: replication did not start within 5s", name)
 }
+
+// rejoinWait is how long Rejoin waits for the replica's threads to run (or
+// for the primary to refuse it), reading its status every rejoinPoll.
+const (
+	rejoinWait = 5 * time.Second
+	rejoinPoll = 100 * time.Millisecond
+)
 
 // UpdateSite is the data-plane step of an ordered update. Rolling a new
 // server version is the platform's job (image change); the driver checks

@@ -20,6 +20,13 @@
 //     2 × (Interval + ProbeTimeout) whose return the background prober has
 //     not seen yet. Every other site is dialed. So no answer is older than
 //     Interval + ProbeTimeout, and a hung site costs the reconcile nothing;
+//   - of two probes of one endpoint that overlap (a reconcile's and the
+//     background's, or two reconciles'), the result of the one that started
+//     last is kept: each probe is numbered when it starts, and a result
+//     older than the one stored is dropped, so a slow probe finishing late
+//     never puts back what the site was before (a returned site remembered
+//     dead, say). A probe of an endpoint replaced meanwhile (a new address)
+//     or forgotten stores nothing;
 //   - endpoints are keyed by group UID and site: two groups that name the
 //     same host share nothing.
 //

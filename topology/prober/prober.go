@@ -64,8 +64,8 @@ type endpoint struct {
 	spec   v1.Site
 	g      *v1.MysqlFailoverGroup // the latest copy tracked, for the driver
 	active bool
-	// state is the last probe's result; seenAt when it finished (zero:
-	// never probed).
+	// state is the result of the newest probe to start among those that
+	// finished (see started); seenAt when it finished (zero: never probed).
 	state  topology.SiteState
 	seenAt time.Time
 	// deadSince is when the endpoint was first seen unreachable in the
@@ -75,6 +75,19 @@ type endpoint struct {
 	// Interval); Invalidate clears it after the controller acted.
 	usable   time.Time
 	inFlight bool
+	// started numbers the probes of this endpoint in the order they
+	// started; stateSeq is the number of the probe whose result state
+	// holds. A result of a probe that started before it is dropped: two
+	// probes of one endpoint overlap (a reconcile's and the background's,
+	// or two reconciles'), and the one that started first may finish last
+	// with what the site was before.
+	started, stateSeq uint64
+}
+
+// begin numbers a probe of ep that starts now. Called under p.mu.
+func (ep *endpoint) begin() uint64 {
+	ep.started++
+	return ep.started
 }
 
 func (p *Prober) init() {
@@ -180,6 +193,7 @@ func (p *Prober) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topolog
 		p.mu.Lock()
 		ep := p.eps[k]
 		var recent *topology.SiteState
+		var seq uint64
 		switch {
 		case ep == nil:
 		case now.Before(ep.usable), // probed within the last Interval
@@ -192,6 +206,9 @@ func (p *Prober) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topolog
 		case !ep.deadSince.IsZero() && now.Sub(ep.seenAt) < p.freshDead():
 			recent = &topology.SiteState{Name: s.Name}
 		}
+		if recent == nil && ep != nil {
+			seq = ep.begin()
+		}
 		p.mu.Unlock()
 		if recent != nil {
 			out[i] = *recent
@@ -201,7 +218,9 @@ func (p *Prober) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topolog
 		go func() {
 			defer wg.Done()
 			out[i] = p.probeSite(ctx, g, s.Name)
-			p.record(k, out[i], false)
+			if ep != nil {
+				p.record(k, ep, seq, out[i], false)
+			}
 		}()
 	}
 	wg.Wait()
@@ -271,20 +290,22 @@ func (p *Prober) probeSite(ctx context.Context, g *v1.MysqlFailoverGroup, site s
 	return topology.SiteState{Name: site}
 }
 
-// record stores a result and reports whether the endpoint's reachability
-// changed; notify, when set, tells Notify about a change of a watched
+// record stores the result of probe seq of ep, the endpoint k when the
+// probe started, unless a probe of it that started later has stored its own
+// already (the newest probe to start wins, not the last to finish), or the
+// endpoint was forgotten or replaced (a new address) meanwhile. notify,
+// when set, tells Notify about a change of reachability of a watched
 // endpoint.
-func (p *Prober) record(k key, st topology.SiteState, notify bool) {
+func (p *Prober) record(k key, ep *endpoint, seq uint64, st topology.SiteState, notify bool) {
 	now := p.Clock.Now()
 	p.mu.Lock()
-	ep := p.eps[k]
-	if ep == nil { // forgotten meanwhile
+	if p.eps[k] != ep || seq < ep.stateSeq {
 		p.mu.Unlock()
 		return
 	}
 	was := ep.state.Reachable && !ep.seenAt.IsZero()
 	wasDead := !ep.deadSince.IsZero()
-	ep.state, ep.seenAt, ep.usable = st, now, now.Add(p.Interval)
+	ep.state, ep.seenAt, ep.usable, ep.stateSeq = st, now, now.Add(p.Interval), seq
 	switch {
 	case !st.Reachable && ep.deadSince.IsZero():
 		ep.deadSince = now
@@ -356,12 +377,13 @@ func (p *Prober) background(ctx context.Context, k key) {
 	p.mu.Lock()
 	ep := p.eps[k]
 	var g *v1.MysqlFailoverGroup
+	var seq uint64
 	if ep != nil {
-		g = ep.g
+		g, seq = ep.g, ep.begin()
 	}
 	p.mu.Unlock()
 	if g == nil {
 		return
 	}
-	p.record(k, p.probeSite(ctx, g, k.site), true)
+	p.record(k, ep, seq, p.probeSite(ctx, g, k.site), true)
 }

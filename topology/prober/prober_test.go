@@ -333,3 +333,105 @@ func BenchmarkTrackInAFleet(b *testing.B) {
 		})
 	}
 }
+
+// gated is a driver whose probes of a site each wait for the test to hand
+// them their answer: the test decides the order in which overlapping
+// probes finish.
+type gated struct {
+	*memory.Driver
+	started chan gatedProbe
+}
+
+// gatedProbe is one probe in progress; answer finishes it.
+type gatedProbe struct{ answer chan topology.SiteState }
+
+func (d *gated) ProbeSite(ctx context.Context, _ *v1.MysqlFailoverGroup, site string) (topology.SiteState, error) {
+	c := gatedProbe{answer: make(chan topology.SiteState)}
+	select {
+	case d.started <- c:
+	case <-ctx.Done():
+		return topology.SiteState{Name: site}, nil
+	}
+	select {
+	case st := <-c.answer:
+		return st, nil
+	case <-ctx.Done():
+		return topology.SiteState{Name: site}, nil
+	}
+}
+
+// Two probes of one endpoint overlap; the one that started first finishes
+// last, with what the site was before (here: unreachable, from before it
+// returned). The prober keeps the result of the newest probe to start, not
+// of the last to finish. At the fix it kept the last to finish: a site that
+// answers was remembered dead, reported unreachable without being dialed,
+// and listed by Dead.
+func TestTheNewestProbeToStartWinsOverAnOlderOneThatFinishesLast(t *testing.T) {
+	d := &gated{Driver: memory.New(), started: make(chan gatedProbe)}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
+	p := &Prober{Driver: d, Clock: clk, Interval: time.Second}
+	g := group("a", "uid-a")
+	g.Spec.Sites = g.Spec.Sites[:1] // iad alone
+	ctx := context.Background()
+
+	probe := func() <-chan []topology.SiteState {
+		done := make(chan []topology.SiteState, 1)
+		go func() {
+			sites, _ := p.Probe(ctx, g)
+			done <- sites
+		}()
+		return done
+	}
+	started := func() gatedProbe {
+		t.Helper()
+		select {
+		case c := <-d.started:
+			return c
+		case <-time.After(5 * time.Second):
+			t.Fatal("the probe never reached the driver")
+		}
+		return gatedProbe{}
+	}
+	finished := func(done <-chan []topology.SiteState) []topology.SiteState {
+		t.Helper()
+		select {
+		case sites := <-done:
+			return sites
+		case <-time.After(5 * time.Second):
+			t.Fatal("the probe never finished")
+		}
+		return nil
+	}
+
+	olderDone := probe()
+	older := started()
+	newerDone := probe()
+	newer := started()
+	newer.answer <- topology.SiteState{Name: "iad", Reachable: true, Writable: true}
+	if sites := finished(newerDone); !sites[0].Reachable {
+		t.Fatalf("the newer probe: %+v", sites)
+	}
+	older.answer <- topology.SiteState{Name: "iad"} // stale: unreachable
+	finished(olderDone)
+
+	if dead := p.Dead(g); len(dead) != 0 {
+		t.Fatalf("Dead = %v: the older probe, finishing last, overwrote the newer one's answer", dead)
+	}
+	if s := p.DeadSince(g, "iad"); !s.IsZero() {
+		t.Fatalf("DeadSince = %v, want zero: the site answered the newest probe", s)
+	}
+	// Within the interval the stored result stands in for a probe: it is
+	// the newer probe's.
+	done := probe()
+	select {
+	case c := <-d.started:
+		c.answer <- topology.SiteState{Name: "iad"}
+		t.Fatalf("the site was dialed again within the interval: %+v", finished(done))
+	case sites := <-done:
+		if !sites[0].Reachable || !sites[0].Writable {
+			t.Fatalf("the stored result is %+v, want the newer probe's (reachable, writable)", sites[0])
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the probe never finished")
+	}
+}
