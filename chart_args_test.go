@@ -74,6 +74,8 @@ func TestTheChartsArgumentsReachTheOperator(t *testing.T) {
 		{"--deploy-api-{rate,burst,inflight,held-gets}-per-identity=30,60,6,3", o.deployAPI && o.deployFairShare.Rate == 30 &&
 			o.deployFairShare.Burst == 60 && o.deployFairShare.InFlight == 6 && o.deployFairShare.HeldGets == 3},
 		{"the operator's identity from the chart", o.operatorIdentity == "system:serviceaccount:bloodraven:bloodraven"},
+		// The chart's default: the plain endpoint names every tenant's groups.
+		{"--metrics-secure (metrics.secure, the chart's default)", o.metricsSecure},
 	}
 	for _, c := range checks {
 		if !c.ok {

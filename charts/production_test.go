@@ -273,7 +273,7 @@ func TestCertManagerCoversBothServicesAndInjectsTheCA(t *testing.T) {
 // listener's certificate under a name it carries, and sends the token of a
 // scraper ServiceAccount that the API server (a real SubjectAccessReview,
 // with the rendered RBAC applied) lets get /metrics; the operator is told
-// --metrics-secure. Without it nothing of this renders.
+// --metrics-secure. With metrics.secure=false nothing of this renders.
 func TestSecureMetricsAreScrapedWithTheChartsScraper(t *testing.T) {
 	ctx := context.Background()
 	const release = "metrics"
@@ -356,7 +356,7 @@ func TestSecureMetricsAreScrapedWithTheChartsScraper(t *testing.T) {
 		t.Fatal("any ServiceAccount of the namespace may get /metrics")
 	}
 
-	plain, err := renderRelease(t, release, release, "monitoring.podMonitor.enabled=true")
+	plain, err := renderRelease(t, release, release, "metrics.secure=false", "monitoring.podMonitor.enabled=true")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,7 +119,8 @@ func (r *GroupReconciler) driver() topology.Driver {
 //  2. lease bookkeeping runs next as its own step; its errors are logged
 //     and retried, and never return early;
 //  3. the planned operations run behind the admission gate;
-//  4. the observation is written to status, once, when it changed.
+//  4. the observation is written to status, once, when it changed; also
+//     when step 3 failed, whose error is returned after the write.
 //
 // A group being deleted keeps step 1 until it is gone: a finalizer that
 // cannot complete (a denied Lease delete, another controller's finalizer)
@@ -178,23 +179,34 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		//lint:ignore SA1019 Requeue (with the rate limiter's backoff) is "probe again now"; no fixed RequeueAfter fits
 		return ctrl.Result{Requeue: true, Priority: urgency(g, sites)}, nil
 	}
-	// 3. Planned operations.
+	// 3. Planned operations. An operation step that fails does not return
+	// here: its error is returned after the observation is written (step
+	// 4), so a planned operation that keeps failing never keeps the health,
+	// a lost primary (and with it the detection budget) or the stability
+	// from being recorded.
+	var opErr error
 	if !deleting {
 		before := g.Status.DeepCopy()
-		if err := r.reconcileOperations(ctx, g, sites, &st); err != nil {
-			return ctrl.Result{}, err
-		}
+		opErr = r.reconcileOperations(ctx, g, sites, &st)
 		// An operation that acted on the data plane changed its status: the
 		// observation needs a probe of its own. Otherwise the one probe of
 		// this reconcile stands.
 		if !equality.Semantic.DeepEqual(before, &g.Status) {
 			r.invalidate(g)
 			if sites, err = r.probe(ctx, g); err != nil {
-				return ctrl.Result{}, fmt.Errorf("probe: %w", err)
+				// No probe to observe: as after a failed step 1 or 2, a
+				// loss marked or cleared in step 1 is persisted even so.
+				err = errors.Join(opErr, fmt.Errorf("probe: %w", err))
+				if !equality.Semantic.DeepEqual(persisted.PrimaryLostAt, g.Status.PrimaryLostAt) {
+					if werr := r.writeStatus(ctx, g); werr != nil {
+						err = errors.Join(err, werr)
+					}
+				}
+				return ctrl.Result{}, err
 			}
 		}
 	}
-	// 4. Observation.
+	// 4. Observation, after a failed operation step too.
 	r.observe(g, sites)
 	if st.degraded != "" {
 		g.Status.Health.DegradedReason = st.degraded
@@ -205,11 +217,14 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 			if deleting { // its finalizer may have been the last
 				err = client.IgnoreNotFound(err)
 			}
-			return ctrl.Result{}, err
+			return ctrl.Result{}, errors.Join(opErr, err)
 		}
 	}
 	if !deleting {
 		r.Metrics.observeGroup(g)
+	}
+	if opErr != nil {
+		return ctrl.Result{}, opErr
 	}
 	return ctrl.Result{RequeueAfter: st.requeueAfter, Priority: urgency(g, sites)}, nil
 }

@@ -121,7 +121,7 @@ names resources of both scopes is split; a rule without resources
 {{- fail (printf "auxiliary.deployAPI.networkPolicy.apiServerSources is empty: the NetworkPolicy would block the Kubernetes API server's calls to the validating webhooks on port %v, and with failurePolicy: Fail every status write (the operator's own included) would be refused. List where the API server connects from as NetworkPolicy peers, for example --set 'auxiliary.deployAPI.networkPolicy.apiServerSources[0].ipBlock.cidr=10.0.0.10/32'. Find the addresses with: kubectl get endpointslices -n default -l kubernetes.io/service-name=kubernetes -o jsonpath='{.items[*].endpoints[*].addresses[*]}' (on a managed cluster, the control plane's CIDR from your provider; some CNIs see the nodes' addresses instead). Nothing is admitted by default." $a.escrowTLS.port) -}}
 {{- end -}}
 {{- if and .Values.metrics.secure (not $a.escrowTLS.enabled) -}}
-{{- fail "metrics.secure=true requires auxiliary.escrowTLS.enabled=true: the metrics endpoint serves HTTPS with the listener's certificate" -}}
+{{- fail "metrics.secure=true (the default) requires auxiliary.escrowTLS.enabled=true: the metrics endpoint serves HTTPS with the listener's certificate. Without the listener, set metrics.secure=false only if no one who may not see every tenant's group names can reach port 8080: the plain endpoint names them all" -}}
 {{- end -}}
 {{- if and .Values.certManager.enabled (not $a.escrowTLS.enabled) -}}
 {{- fail "certManager.enabled=true requires auxiliary.escrowTLS.enabled=true: cert-manager writes the listener's Secret (auxiliary.escrowTLS.existingSecret)" -}}
