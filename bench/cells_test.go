@@ -244,7 +244,7 @@ func (s *scene) productWorkers(ctx context.Context, n int, cell string) ([]*prod
 		if err != nil {
 			return err
 		}
-		ws[i] = &productWorker{d: s.deploy, bearer: bearers[i], group: groupName(i), opID: opID,
+		ws[i] = &productWorker{d: s.deploy.from(i), bearer: bearers[i], group: groupName(i), opID: opID,
 			leaseToken: tok, body: renewBody(tok)}
 		return nil
 	})

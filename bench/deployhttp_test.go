@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -22,6 +23,7 @@ import (
 type deployClient struct {
 	base string
 	hc   *http.Client
+	tls  *tls.Config
 }
 
 func newDeployClient(baseURL, caFile string) (*deployClient, error) {
@@ -33,13 +35,27 @@ func newDeployClient(baseURL, caFile string) (*deployClient, error) {
 	if !pool.AppendCertsFromPEM(pem) {
 		return nil, fmt.Errorf("no certificate in %s", caFile)
 	}
+	tc := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	tr := &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		TLSClientConfig: tc,
 		// Every worker keeps its own connection, as separate pipelines
 		// would: HTTP/1.1 with keep-alive, enough idle slots for all.
 		MaxIdleConns: 512, MaxIdleConnsPerHost: 256, IdleConnTimeout: 5 * time.Minute,
 	}
-	return &deployClient{base: baseURL + "/deploy/v1/groups/", hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}}, nil
+	return &deployClient{base: baseURL + "/deploy/v1/groups/", hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}, tls: tc}, nil
+}
+
+// from is a client whose connections come from source address
+// 127.0.0.<2+i>: pipelines run in their own Pods, each with its own
+// address, and the API's per-source limit on TokenReviews (20 at once,
+// then 10/s) is per address. One address for every worker would make a
+// cell's fresh tokens queue behind that limit.
+func (d *deployClient) from(i int) *deployClient {
+	src := &net.TCPAddr{IP: net.IPv4(127, 0, byte((2+i)>>8), byte(2+i))}
+	dialer := &net.Dialer{LocalAddr: src, Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{TLSClientConfig: d.tls, DialContext: dialer.DialContext,
+		MaxIdleConns: 4, MaxIdleConnsPerHost: 4, IdleConnTimeout: 5 * time.Minute}
+	return &deployClient{base: d.base, hc: &http.Client{Transport: tr, Timeout: d.hc.Timeout}, tls: d.tls}
 }
 
 // apiAnswer is a response: its status and, for errors, the contract's

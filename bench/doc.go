@@ -16,14 +16,25 @@
 //     of a cached Lease);
 //   - kube-apiserver requests per operation and TokenReviews per 1,000
 //     deployment API requests, from the API server's apiserver_request_total;
+//   - CPU milliseconds per operation of the test process (load generator and
+//     operator), kube-apiserver and etcd, from /proc: where a mode's cost
+//     goes, so that a ratio to the floor can be explained, not only read;
 //   - how long after the API server acknowledges a topology generation bump
 //     a renewal of a lease granted under the old one is refused (409
 //     revoked) and its tombstone exists;
 //   - the growth of the test process's heap (bench and in-process operator
 //     together) per 10,000 tombstones.
 //
+// Each product worker connects from its own loopback address (127.0.0.2,
+// .3, ...), as pipelines in their own Pods do: the API limits TokenReviews
+// per source address, and 32 fresh tokens from one address would queue
+// behind that limit (503 unavailable) instead of renewing.
+//
 // BENCH_QUICK=1 shortens every cell; BENCH_OUT names the JSON report (see
-// Report for its schema).
+// Report for its schema). BENCH_CLIENTS, BENCH_DATABASES and BENCH_MODES
+// (comma-separated) narrow the renewal cells and BENCH_RENEWALS_ONLY=1
+// skips the heap and revocation figures: for profiling a cell
+// (go test -cpuprofile), never for a report.
 //
 // Guarantees: every figure is measured, never estimated; the test fails when
 // a figure cannot be produced (a cell without a successful operation, a

@@ -64,7 +64,7 @@ func TestLoad(t *testing.T) {
 			unrelated = dbs
 		}
 		for _, c := range p.Clients {
-			for _, mode := range []string{modeFloor, modeProduct, modePeer} {
+			for _, mode := range p.Modes {
 				step(t, "cell %s × %d clients × %d databases", mode, c, unrelated)
 				var ops []op
 				var product []*productWorker
@@ -108,6 +108,10 @@ func TestLoad(t *testing.T) {
 		}
 	}
 	fillRatios(rep.Cells)
+	if p.RenewalsOnly {
+		fmt.Println(rep.table())
+		return
+	}
 
 	// The heap is measured before the revocation: 100 failovers leave the
 	// operator busy (Events drain, degraded groups are re-probed), and what
@@ -142,7 +146,9 @@ func runCell(ctx context.Context, ops []op, warmup, measure time.Duration) (Cell
 	if err != nil {
 		return Cell{}, err
 	}
+	cpu0 := sampleCPU()
 	r := runOps(ctx, ops, warmup, measure)
+	cpu1 := sampleCPU()
 	after, err := scrape(ctx)
 	if err != nil {
 		return Cell{}, err
@@ -152,7 +158,7 @@ func runCell(ctx context.Context, ops []op, warmup, measure time.Duration) (Cell
 		Ops: len(r.latencies), TotalOps: r.total, Errors: r.errors, Seconds: r.elapsed.Seconds(),
 		OpsPerSecond: float64(len(r.latencies)) / measure.Seconds(),
 		P50Ms:        quantile(r.latencies, 0.5), P99Ms: quantile(r.latencies, 0.99), P999Ms: quantile(r.latencies, 0.999),
-		APIRequests: d.Requests,
+		APIRequests: d.Requests, CPUMsPerOp: cpu1.perOp(cpu0, r.total),
 	}
 	if r.firstErr != nil {
 		c.FirstErr = r.firstErr.Error()

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +41,10 @@ type params struct {
 	Settle     time.Duration
 	// Workers create objects in parallel.
 	Workers int
+	// RenewalsOnly skips the heap and revocation figures; Modes are the
+	// renewal modes measured.
+	RenewalsOnly bool
+	Modes        []string
 }
 
 func paramsFromEnv() params {
@@ -51,7 +57,38 @@ func paramsFromEnv() params {
 		p.Quick = true
 		p.Warmup, p.Measure, p.Idle, p.Settle = 500*time.Millisecond, 2500*time.Millisecond, 2*time.Second, 3*time.Second
 	}
+	// BENCH_CLIENTS, BENCH_DATABASES and BENCH_MODES (comma-separated)
+	// narrow the renewal cells, BENCH_RENEWALS_ONLY skips the heap and revocation
+	// figures: for profiling one cell, never for a report.
+	if v := ints(os.Getenv("BENCH_CLIENTS")); v != nil {
+		p.Clients = v
+	}
+	if v := ints(os.Getenv("BENCH_DATABASES")); v != nil {
+		p.Databases = v
+	}
+	p.RenewalsOnly = os.Getenv("BENCH_RENEWALS_ONLY") != ""
+	p.Modes = []string{modeFloor, modeProduct, modePeer}
+	if v := os.Getenv("BENCH_MODES"); v != "" {
+		p.Modes = strings.Split(v, ",")
+	}
 	return p
+}
+
+// ints parses a comma-separated list of integers; nil when s is empty or
+// any element is not an integer.
+func ints(s string) []int {
+	if s == "" {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 func maxInt(xs []int) int {

@@ -88,6 +88,11 @@ type Cell struct {
 	// the floor cell of the same clients and databases.
 	OpsRatioToFloor *float64 `json:"opsRatioToFloor,omitempty"`
 	P50RatioToFloor *float64 `json:"p50RatioToFloor,omitempty"`
+	// CPUMsPerOp is the CPU time (user + system, from /proc) per operation
+	// (TotalOps) over the whole cell, by process: "bench+operator" (the
+	// test process: load generator and in-process operator), each child
+	// (kube-apiserver, etcd) and their "total". Absent without /proc.
+	CPUMsPerOp map[string]float64 `json:"cpuMsPerOp,omitempty"`
 }
 
 // Stats are quantiles of a set of durations, in milliseconds.
@@ -183,7 +188,7 @@ func (r *Report) table() string {
 	fmt.Fprintf(&b, "background with no load: %.1f API requests/s (%d groups, %.1f s)\n\n",
 		r.Background.APIRequestsPerSecond, r.Background.Groups, r.Background.Seconds)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tclients\tdatabases\tops/s\tp50 ms\tp99 ms\tp99.9 ms\tapi req/op\ttokenreviews/1000\treviews (min)\tops/s ÷ floor\tp50 ÷ floor\terrors\t")
+	fmt.Fprintln(tw, "mode\tclients\tdatabases\tops/s\tp50 ms\tp99 ms\tp99.9 ms\tapi req/op\ttokenreviews/1000\treviews (min)\tops/s ÷ floor\tp50 ÷ floor\terrors\tcpu ms/op (bench+op, apiserver, etcd)\t")
 	for _, c := range r.Cells {
 		tr, trMin, ro, rp := "-", "-", "-", "-"
 		if c.TokenReviewsPer1000 != nil {
@@ -193,9 +198,14 @@ func (r *Report) table() string {
 		if c.OpsRatioToFloor != nil {
 			ro, rp = fmt.Sprintf("%.2f", *c.OpsRatioToFloor), fmt.Sprintf("%.2f", *c.P50RatioToFloor)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%d\t\n",
+		cpu := "-"
+		if c.CPUMsPerOp != nil {
+			cpu = fmt.Sprintf("%.2f (%.2f, %.2f, %.2f)", c.CPUMsPerOp["total"], c.CPUMsPerOp["bench+operator"],
+				c.CPUMsPerOp["kube-apiserver"], c.CPUMsPerOp["etcd"])
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%d\t%s\t\n",
 			c.Mode, c.Clients, c.Databases, c.OpsPerSecond, c.P50Ms, c.P99Ms, c.P999Ms, c.APIRequestsPerOp,
-			tr, trMin, ro, rp, c.Errors)
+			tr, trMin, ro, rp, c.Errors, cpu)
 	}
 	_ = tw.Flush()
 	for _, f := range r.Failures {

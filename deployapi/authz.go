@@ -239,7 +239,8 @@ func (s *Server) candidates(ctx context.Context, id Identity, group, instance, n
 // groupProposed reports whether the group cache holds group in namespace.
 // It proposes only: the uncached read of the group decides.
 func (s *Server) groupProposed(ctx context.Context, namespace, group string) (bool, error) {
-	if err := s.groupCache().Get(ctx, client.ObjectKey{Namespace: namespace, Name: group}, &v1.MysqlFailoverGroup{}); err != nil {
+	// Only existence matters: the cache's object is not copied.
+	if err := s.groupCache().Get(ctx, client.ObjectKey{Namespace: namespace, Name: group}, &v1.MysqlFailoverGroup{}, client.UnsafeDisableDeepCopy); err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
