@@ -34,7 +34,9 @@
 // Report for its schema). BENCH_CLIENTS, BENCH_DATABASES and BENCH_MODES
 // (comma-separated) narrow the renewal cells and BENCH_RENEWALS_ONLY=1
 // skips the heap and revocation figures: for profiling a cell
-// (go test -cpuprofile), never for a report.
+// (go test -cpuprofile), never for a report. BENCH_APISERVER_PROFILE=dir
+// writes kube-apiserver's CPU profile of every renewal cell (and of the
+// site-loss failovers) into dir.
 //
 // Guarantees: every figure is measured, never estimated; the test fails when
 // a figure cannot be produced (a cell without a successful operation, a

@@ -84,7 +84,9 @@ func TestLoad(t *testing.T) {
 						ops = append(ops, w.op)
 					}
 				}
+				stopProfile := profileAPIServer(ctx, fmt.Sprintf("cell-%s-%d-%d", mode, c, unrelated), p.Warmup+p.Measure)
 				cell, err := runCell(ctx, ops, p.Warmup, p.Measure)
+				stopProfile()
 				cell.Mode, cell.Clients, cell.Databases = mode, c, unrelated
 				if mode == modeProduct {
 					must(t, s.releaseProduct(ctx, product))
@@ -181,4 +183,28 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// profileAPIServer writes a CPU profile of kube-apiserver over the next d
+// to $BENCH_APISERVER_PROFILE/apiserver-<name>.prof when that is set
+// (kube-apiserver serves /debug/pprof by default); wait returns when the
+// profile is written.
+func profileAPIServer(ctx context.Context, name string, d time.Duration) (wait func()) {
+	dir := os.Getenv("BENCH_APISERVER_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		raw, err := env.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", fmt.Sprint(int(math.Ceil(d.Seconds())))).DoRaw(ctx)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, "apiserver-"+name+".prof"), raw, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "apiserver profile: %v\n", err)
+		}
+	}()
+	return func() { <-done }
 }
