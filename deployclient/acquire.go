@@ -18,12 +18,15 @@ import (
 // OperationLiveError).
 //
 // One runner at a time: an operation that is live under another runner
-// (the observation lists it, or the session's first grant attempt is
-// answered 200, a re-grant) is not acquired unless SessionConfig.TakeOver
-// is set; then Acquire renews the lease and waits TakeOverWait on the
-// session's clock, from the re-grant's answer, before it takes the hold and
-// returns. A 200 that answers a retry after an unanswered attempt is the
-// session's own grant, not another runner's.
+// (the observation lists it), or that may be (a grant answered 200, a
+// re-grant), is not acquired unless SessionConfig.TakeOver is set; then
+// Acquire renews the lease and waits TakeOverWait on the session's clock,
+// from the re-grant's answer, before it takes the hold and returns. Every
+// 200 counts, also one that answers a retry after an unanswered attempt:
+// that attempt may have created the lease (then the 200 re-grants the
+// session's own), or it may itself have re-granted another runner's live
+// operation, and the answers are the same (see grant). Only a 201 proves
+// that nothing was live.
 func Acquire(ctx context.Context, cfg SessionConfig) (*Session, error) {
 	if cfg.Client == nil || cfg.Group == "" || cfg.Instance == "" || cfg.OperationID == "" {
 		return nil, errors.New("deployclient: a session needs a client, a group, an instance and an operation id")
@@ -89,17 +92,25 @@ func Acquire(ctx context.Context, cfg SessionConfig) (*Session, error) {
 		}
 	}
 
-	g, regranted, answered, err := s.grant(ctx, s.mig, limit)
+	g, afterLost, answered, err := s.grant(ctx, s.mig, limit)
 	if err != nil {
 		return cleanup(err)
 	}
 	s.generation = g.TopologyGeneration
-	// A 200 after the observation showed the operation live is the other
-	// runner's operation, whatever the attempts before it.
-	regranted = regranted || seenLive && !g.Created
+	// Every 200 is contested: on the first attempt it is another runner's
+	// operation; after an unanswered attempt it may be the session's own
+	// lost grant or another runner's operation that the lost attempt
+	// re-granted, which no answer tells apart. Only a 201 (nothing was
+	// live) is the session's alone.
+	regranted := !g.Created
 	contested = contested || regranted
+	if regranted && afterLost && !seenLive {
+		s.progress("the migration lease of operation %s was re-granted (200) after an attempt whose answer was lost: "+
+			"that may be this session's own lost grant or another runner's live operation, and the answers do not tell them apart; "+
+			"treated as another runner's", cfg.OperationID)
+	}
 	if regranted && !cfg.TakeOver {
-		return nil, s.leaveToLapse(ctx, g)
+		return nil, s.leaveToLapse(ctx, g, afterLost && !seenLive)
 	}
 	if regranted && g.Phase == PhaseDDL {
 		// The other runner's command started its schema change and did not
@@ -119,6 +130,8 @@ func Acquire(ctx context.Context, cfg SessionConfig) (*Session, error) {
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.ctx, cancel)()
+	// The hold is asked for once the migration is the session's: a 200
+	// here re-grants the hold of the operation it holds.
 	h, _, _, err := s.grant(hctx, s.hold, limit)
 	switch {
 	case err != nil && s.Err() != nil:
@@ -157,11 +170,14 @@ func liveMigration(g *Group, op string) *Listed {
 // runner's token no longer works, but its command may still run until its
 // own deadline, at most MaxTTL after its last renewal. Releasing the mutex
 // would let another operation start beside that command; so the lease is
-// renewed to MaxTTL once and left to lapse.
-func (s *Session) leaveToLapse(ctx context.Context, g *Grant) error {
+// renewed to MaxTTL once and left to lapse. afterLost: the re-grant
+// answered a retry after an unanswered attempt (it may have been the
+// session's own grant).
+func (s *Session) leaveToLapse(ctx context.Context, g *Grant, afterLost bool) error {
 	s.lapse(ctx, s.mig)
 	s.cancel(errNotAcquired)
-	return &AcquireError{Kind: KindMigration, Err: &OperationLiveError{OperationID: g.OperationID, Instance: g.Instance, ExpiresAt: g.ExpiresAt, ReGranted: true}}
+	return &AcquireError{Kind: KindMigration, Err: &OperationLiveError{OperationID: g.OperationID, Instance: g.Instance, ExpiresAt: g.ExpiresAt,
+		ReGranted: true, AfterLostAnswer: afterLost}}
 }
 
 // lapse stops l's heartbeat and renews it once to MaxTTL, never releasing
@@ -210,13 +226,30 @@ func (s *Session) waitTakeOver(ctx context.Context, answered time.Time) error {
 // (the server may have granted it), it re-grants the operation to learn a
 // token and releases that. A lease left behind would block every other
 // operation until its ttl. Best effort: errors are not reported.
+//
+// That re-grant follows an unanswered attempt, so its 200 is contested like
+// Acquire's (the lost attempt may have re-granted another runner's live
+// operation): a migration lease it answers 200 is left to lapse (renewed to
+// MaxTTL, never released); only a 201 (nothing was live) is released. The
+// migration is asked for with MaxTTL for that reason: a contested lease
+// must outlive the other runner's deadline even if no renewal follows.
 func (s *Session) forget(ctx context.Context, l *lease) {
 	l.mu.Lock()
 	ambiguous, token := l.ambiguous, l.token
 	l.mu.Unlock()
 	if token == "" && ambiguous {
-		if g, err := s.client().Grant(ctx, s.cfg.Group, GrantRequest{Kind: l.kind, OperationID: s.cfg.OperationID, Instance: s.cfg.Instance, TTLSeconds: 5}); err == nil && s.pin("POST "+l.kind+" lease", g.Namespace) == nil {
-			l.confirm(g.Token, s.clk.Now(), time.Duration(g.TTLSeconds)*time.Second)
+		ttl := int64(5)
+		if l.kind == KindMigration {
+			ttl = int64(MaxTTL / time.Second)
+		}
+		sent := s.clk.Now()
+		if g, err := s.client().Grant(ctx, s.cfg.Group, GrantRequest{Kind: l.kind, OperationID: s.cfg.OperationID, Instance: s.cfg.Instance, TTLSeconds: ttl}); err == nil && s.pin("POST "+l.kind+" lease", g.Namespace) == nil {
+			l.confirm(g.Token, sent, time.Duration(g.TTLSeconds)*time.Second)
+			if !g.Created && l.kind == KindMigration {
+				s.progress("the migration lease of operation %s was re-granted (200) after an attempt whose answer was lost: it may be another runner's live operation, so it is not released", s.cfg.OperationID)
+				s.lapse(ctx, l)
+				return
+			}
 		}
 	}
 	_ = s.release(ctx, l)
@@ -251,10 +284,18 @@ func ambiguousAnswer(err error) bool {
 // passes. A retry after an ambiguous failure (the answer was lost) re-grants
 // the operation: the new token replaces the old under l.op. A revoked
 // operation is never granted again: 409 revoked ends the attempt.
-// regranted is set when the grant was a re-grant (200) that no earlier
-// attempt of this session can explain: another runner held the operation.
-// answered is when the granting answer arrived.
-func (s *Session) grant(ctx context.Context, l *lease, limit time.Time) (g *Grant, regranted bool, answered time.Time, err error) {
+// afterLost is set when an earlier attempt of this session went unanswered
+// (it may have been written); answered is when the granting answer arrived.
+//
+// g.Created false (200, a re-grant) is never explained by afterLost. The
+// lost attempt may have created the lease (201 lost, then 200 re-grants the
+// session's own) or re-granted another runner's live lease of the same
+// operation (200 lost, then 200 again), and the operator answers both
+// alike: a re-grant needs the same operation id, instance and
+// ServiceAccount, so the answer's instance is always the request's, and
+// it names no previous holder or tenure. The caller treats every 200 as
+// contested.
+func (s *Session) grant(ctx context.Context, l *lease, limit time.Time) (g *Grant, afterLost bool, answered time.Time, err error) {
 	l.op.Lock()
 	defer l.op.Unlock()
 	ttlSeconds := int64(s.cfg.TTL / time.Second)
@@ -271,13 +312,13 @@ func (s *Session) grant(ctx context.Context, l *lease, limit time.Time) (g *Gran
 		}
 		l.mu.Lock()
 		l.ambiguous = ambiguousAnswer(err)
-		explained := l.everAmbiguous
+		afterLost := l.everAmbiguous
 		l.everAmbiguous = l.everAmbiguous || l.ambiguous
 		l.mu.Unlock()
 		if err == nil {
 			answered := s.clk.Now()
 			l.confirm(g.Token, sent, time.Duration(g.TTLSeconds)*time.Second)
-			return g, !g.Created && !explained, answered, nil
+			return g, afterLost, answered, nil
 		}
 		var wait time.Duration
 		var ae *APIError

@@ -7,11 +7,14 @@
 //
 // A Session:
 //   - runs one runner at a time: an operation id that is live under another
-//     runner (the observation lists it, or the first grant attempt is
-//     answered 200) is not acquired (OperationLiveError), unless
-//     SessionConfig.TakeOver, which renews the lease and waits 120 s on the
-//     session's clock before Acquire returns. A 200 that answers a retry of
-//     an unanswered attempt is the session's own;
+//     runner (the observation lists it), or may be (a grant attempt is
+//     answered 200, a re-grant), is not acquired (OperationLiveError),
+//     unless SessionConfig.TakeOver, which renews the lease and waits 120 s
+//     on the session's clock before Acquire returns. A 200 that answers a
+//     retry of an unanswered attempt counts too: the lost attempt may have
+//     re-granted another runner's operation, and no answer tells that from
+//     the session's own lost grant (OperationLiveError.AfterLostAnswer).
+//     Only a 201 proves that nothing was live;
 //   - keeps one lease GET (long poll) open per lease besides its renewals,
 //     so a revocation, a move, a re-grant or a release by another token is
 //     learned within about a second; against an older operator (405) it
@@ -60,7 +63,10 @@
 //     step has recorded the operation's outcome (Release);
 //   - leaves nothing held when Acquire fails: a granted lease is released,
 //     and a grant whose answer was lost is re-granted once to learn its
-//     token and released.
+//     token and released; except a migration lease that is or may be
+//     another runner's (seen live, or re-granted with 200), which is renewed
+//     to 120 s and left to lapse, so that no third operation starts beside a
+//     command that may still run.
 //
 // Every time read and timer goes through SessionConfig.Clock (default
 // RealClock).

@@ -203,9 +203,20 @@ type OperationLiveError struct {
 	// to the maximum ttl and left to lapse, never released: no other
 	// operation can take the mutex while the other runner may still run.
 	ReGranted bool
+	// AfterLostAnswer: the 200 answered a retry after an attempt whose
+	// answer was lost. It may have re-granted this attempt's own lost grant
+	// rather than another runner's operation; nothing in the answer tells
+	// which, so it is handled as another runner's.
+	AfterLostAnswer bool
 }
 
 func (e *OperationLiveError) Error() string {
+	if e.ReGranted && e.AfterLostAnswer {
+		return fmt.Sprintf("operation %s (instance %s) was re-granted (200) after a request of this attempt got no answer: "+
+			"either that request granted it to this attempt, or it re-granted another runner's live operation, and the answer cannot tell which; "+
+			"treated as another runner's, the mutex is left to lapse in %s so that nothing overlaps a command that may still run; "+
+			"retry once it lapsed, use a new operation id, or --take-over", e.OperationID, e.Instance, MaxTTL)
+	}
 	if e.ReGranted {
 		return fmt.Sprintf("operation %s (instance %s) was live under another runner: this attempt's grant re-granted it, and the mutex is left to lapse in %s so that nothing overlaps the other runner's command; use a new operation id, or --take-over", e.OperationID, e.Instance, MaxTTL)
 	}
@@ -275,9 +286,11 @@ type lease struct {
 	// granted the lease.
 	ambiguous bool
 
-	// everAmbiguous: some grant attempt of this session went unanswered, so
-	// a later 200 may be the answer to that attempt, not another runner's
-	// operation.
+	// everAmbiguous: some grant attempt of this session went unanswered. A
+	// later 200 may then re-grant the session's own lost grant, or another
+	// runner's operation that the unanswered attempt re-granted: the two
+	// cannot be told apart, so the 200 is contested either way; the flag
+	// only changes what is said about it.
 	everAmbiguous bool
 
 	stop context.CancelFunc

@@ -257,24 +257,100 @@ func TestARegrantOnTheFirstPostIsAnotherRunner(t *testing.T) {
 	}
 }
 
-// A 200 that answers the retry of a grant whose answer was lost is the
-// session's own grant, not another runner's: no wait.
-func TestARegrantAfterALostAnswerIsNotATakeOver(t *testing.T) {
-	clk := newFakeClock()
-	api := &fakeAPI{grant: lostFirstThenRegrant("pre-ddl")}
-	cfg := fakeSession(t, api, clk, false)
-	cfg.Wait = time.Minute
-	ch := acquireAsync(cfg)
-	waitFor(t, "the retry's backoff", func() bool { return clk.pending() >= 1 })
-	clk.Step(10 * time.Second) // past the backoff
-	select {
-	case a := <-ch:
-		if a.err != nil || a.s.TookOver() {
-			t.Fatalf("Acquire = %v (took over %v), want the session's own grant", a.err, a.s != nil && a.s.TookOver())
-		}
-		_ = a.s.Release(context.Background(), nil)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Acquire waited: the retry's 200 was taken for another runner's operation")
+// A 200 that answers the retry of a grant whose answer was lost is
+// contested: the lost attempt may have created the lease (the 200 is the
+// session's own), or re-granted another runner's live operation (its token
+// no longer works, but its command may run until its deadline), and the
+// answers are the same. So it is handled like a 200 on the first attempt:
+// without TakeOver not acquired and left to lapse, with it a 120 s wait,
+// at phase ddl refused for good. A 201 after a lost answer proves nothing
+// was live: acquired at once. The re-grant a failed acquisition sends to
+// learn the token of a lost grant is held to the same rule: its 200 is
+// never released.
+func TestARegrantAfterALostAnswerIsContested(t *testing.T) {
+	type want int
+	const (
+		wantAcquired want = iota
+		wantTookOver
+		wantLive
+		wantUncertainDDL
+		wantFailed
+	)
+	cases := []struct {
+		name     string
+		grant    func(kind string, n int, w http.ResponseWriter) bool
+		takeOver bool
+		wait     time.Duration
+		want     want
+	}{
+		{"200 after a lost answer, no take-over: not acquired, left to lapse", lostFirstThen(http.StatusOK, "pre-ddl"), false, time.Minute, wantLive},
+		{"200 after a lost answer, take-over: waits the maximum ttl", lostFirstThen(http.StatusOK, "pre-ddl"), true, time.Minute, wantTookOver},
+		{"200 at phase ddl after a lost answer, take-over: refused for good", lostFirstThen(http.StatusOK, "ddl"), true, time.Minute, wantUncertainDDL},
+		{"201 after a lost answer: nothing was live, acquired at once", lostFirstThen(http.StatusCreated, "pre-ddl"), false, time.Minute, wantAcquired},
+		{"a failed acquisition's re-grant answered 200 is not released", lostFirstThen(http.StatusOK, "pre-ddl"), false, 0, wantFailed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newFakeClock()
+			start := clk.Now()
+			api := &fakeAPI{grant: tc.grant}
+			cfg := fakeSession(t, api, clk, tc.takeOver)
+			cfg.Wait = tc.wait
+			ch := acquireAsync(cfg)
+			// Fake time moves 1 s per real 5 ms until Acquire returns (at
+			// most 10 fake minutes).
+			var a acquired
+		loop:
+			for i := 0; ; i++ {
+				select {
+				case a = <-ch:
+					break loop
+				case <-time.After(5 * time.Millisecond):
+				}
+				if i > 600 {
+					t.Fatal("Acquire never returned")
+				}
+				clk.Step(time.Second)
+			}
+			elapsed := clk.Now().Sub(start)
+			if a.s != nil {
+				defer func() { _ = a.s.Release(context.Background(), nil) }()
+			}
+			var live *OperationLiveError
+			var ud *UncertainDDLError
+			switch tc.want {
+			case wantAcquired:
+				if a.err != nil || a.s.TookOver() || elapsed >= MaxTTL {
+					t.Fatalf("Acquire = %v (took over %v) after %s, want the session's own grant at once", a.err, a.s != nil && a.s.TookOver(), elapsed)
+				}
+				return
+			case wantTookOver:
+				if a.err != nil || !a.s.TookOver() {
+					t.Fatalf("Acquire = %v, want a take-over", a.err)
+				}
+				if elapsed < MaxTTL {
+					t.Fatalf("the take-over returned after %s: before a previous runner's deadline has certainly passed", elapsed)
+				}
+				return
+			case wantLive:
+				if !errors.As(a.err, &live) || !live.ReGranted || !live.AfterLostAnswer {
+					t.Fatalf("Acquire = %v, want an OperationLiveError (re-granted after a lost answer)", a.err)
+				}
+				if !strings.Contains(live.Error(), "cannot tell") {
+					t.Errorf("the error does not say that the answer is ambiguous: %v", live)
+				}
+			case wantUncertainDDL:
+				var acq *AcquireError
+				if !errors.As(a.err, &ud) || !errors.As(a.err, &acq) || !acq.Permanent() {
+					t.Fatalf("Acquire = %v, want a permanent UncertainDDLError", a.err)
+				}
+			case wantFailed:
+				if a.err == nil {
+					t.Fatal("Acquire succeeded with Wait 0 after a lost answer")
+				}
+			}
+			assertLeftToLapse(t, api)
+		})
 	}
 }
 
@@ -293,6 +369,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // lost on the way; the retry is answered 200 (the same operation's lease,
 // at phase).
 func lostFirstThenRegrant(phase string) func(kind string, n int, w http.ResponseWriter) bool {
+	return lostFirstThen(http.StatusOK, phase)
+}
+
+// lostFirstThen: the first migration POST gets no answer (the connection
+// is closed); every later one is answered status (200 re-grant, 201 new)
+// with the lease at phase.
+func lostFirstThen(status int, phase string) func(kind string, n int, w http.ResponseWriter) bool {
 	return func(kind string, n int, w http.ResponseWriter) bool {
 		if kind != KindMigration {
 			return false
@@ -303,7 +386,7 @@ func lostFirstThenRegrant(phase string) func(kind string, n int, w http.Response
 			conn.Close()
 			return true
 		}
-		w.WriteHeader(http.StatusOK)
+		w.WriteHeader(status)
 		_, _ = w.Write([]byte(`{"kind":"migration","operationId":"op","instance":"db","expiresAt":"2026-12-01T00:00:30Z","topologyGeneration":1,"ttlSeconds":30,"token":"t","phase":"` + phase + `"}`))
 		return true
 	}

@@ -477,13 +477,21 @@ func firstGrantUnanswered(t *testing.T) (*recorder, *deployclient.Client) {
 	return rec, c
 }
 
+// The retry of a grant whose answer was lost re-grants the operation (200)
+// with a new token, which the renewals then use. That 200 is contested (the
+// lost grant may as well have re-granted another runner's operation), so
+// only a take-over acquires it, after TakeOverWait.
 func TestALostGrantAnswerIsReGrantedAndTheNewTokenUsed(t *testing.T) {
 	t.Parallel()
 	rec, c := firstGrantUnanswered(t)
 	sess, err := deployclient.Acquire(context.Background(), deployclient.SessionConfig{Client: c, Group: operatortest.GroupName,
-		Instance: operatortest.Instance, OperationID: "op-lost-answer", TTL: 5 * time.Second, Wait: 10 * time.Second})
+		Instance: operatortest.Instance, OperationID: "op-lost-answer", TTL: 5 * time.Second, Wait: 10 * time.Second,
+		TakeOver: true, TakeOverWait: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !sess.TookOver() {
+		t.Fatal("a 200 after a lost answer was acquired without a take-over")
 	}
 	var posts []int
 	renewed := 0
@@ -514,11 +522,14 @@ func TestALostGrantAnswerIsReGrantedAndTheNewTokenUsed(t *testing.T) {
 	}
 }
 
-func TestAnAcquisitionThatGivesUpLeavesNothingHeld(t *testing.T) {
+// No waiting: the unanswered grant is the only attempt. The server did
+// grant it, so the client re-grants the operation to learn its token. That
+// re-grant answers 200, which cannot be told from a re-grant of another
+// runner's live operation (the lost grant may have been one): the mutex is
+// renewed to 120 s and left to lapse, never released.
+func TestAnAcquisitionThatGivesUpAfterALostAnswerLeavesTheMutexToLapse(t *testing.T) {
 	t.Parallel()
 	rec, c := firstGrantUnanswered(t)
-	// No waiting: the unanswered grant is the only attempt. The server did
-	// grant it; the client must not leave it blocking the group.
 	_, err := deployclient.Acquire(context.Background(), deployclient.SessionConfig{Client: c, Group: operatortest.GroupName,
 		Instance: operatortest.Instance, OperationID: "op-gave-up", TTL: 30 * time.Second})
 	var acq *deployclient.AcquireError
@@ -529,8 +540,8 @@ func TestAnAcquisitionThatGivesUpLeavesNothingHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(g.Leases) != 0 {
-		t.Fatalf("leases %+v left held after a failed acquisition", g.Leases)
+	if len(g.Leases) != 1 || g.Leases[0].Kind != deployclient.KindMigration || g.Leases[0].OperationID != "op-gave-up" {
+		t.Fatalf("leases %+v, want the migration mutex alone, left to lapse", g.Leases)
 	}
 	var got []string
 	for _, c := range rec.all() {
@@ -538,7 +549,7 @@ func TestAnAcquisitionThatGivesUpLeavesNothingHeld(t *testing.T) {
 			got = append(got, fmt.Sprintf("%s %d", c.method, c.status))
 		}
 	}
-	if strings.Join(got, ", ") != "POST -1, POST 200, DELETE 204" {
-		t.Fatalf("requests %v, want the unanswered grant, a re-grant for its token and the release", got)
+	if strings.Join(got, ", ") != "POST -1, POST 200, PUT 200" {
+		t.Fatalf("requests %v, want the unanswered grant, a re-grant for its token and its renewal to 120 s (no release)", got)
 	}
 }

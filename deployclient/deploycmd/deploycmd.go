@@ -42,7 +42,8 @@ const (
 	// command was stopped. A person must verify the schema before any retry.
 	ExitLostAfterDDL = 5
 	// ExitAbortFailed: authority was lost before the DDL boundary and the
-	// --on-abort command failed.
+	// --on-abort command failed, or did not end within --on-abort-timeout
+	// (its process group was then killed).
 	ExitAbortFailed = 6
 	// ExitNotRecorded: the command ended (succeeded or failed) but its
 	// outcome could not be written to --outcome-file, so the migration

@@ -19,9 +19,16 @@
 // Guarantees:
 //   - COMMAND starts only once both leases are held, and never while
 //     another runner of the same operation id may still run (exit 3, or
-//     --take-over: 120 s later). It runs in its own process group; on Linux
-//     with SIGKILL as its parent-death signal, so a run killed outright
-//     takes COMMAND with it (on macOS that is a documented best effort).
+//     --take-over: 120 s later; a grant answered 200 after a lost answer
+//     counts as another runner's, since nothing tells it from this run's
+//     own). It runs in its own process group. On Linux it is started
+//     through a supervisor (this binary re-executed with a hidden first
+//     argument, see proc_linux.go): a child subreaper that kills
+//     COMMAND's group and every process that left it when the run dies, so
+//     a run killed outright (SIGKILL) leaves nothing COMMAND started
+//     running; it also kills what left the group when the run exits. On
+//     macOS a run killed outright leaves COMMAND running (a documented best
+//     effort).
 //   - The run succeeds (exit 0) only if a renewal sent after COMMAND exited
 //     (phase done) was confirmed at the grant's generation; otherwise the
 //     DDL boundary decides between 4 and 5.
@@ -35,14 +42,18 @@
 //     before any lease is released.
 //     Then the hold is released; before the DDL boundary the --on-abort
 //     command runs (it gets BLOODRAVEN_LOST_CAUSE and the grant's
-//     generation, to fence its own writes); at or after it, the run exits 5
-//     and says that a person must verify the schema.
+//     generation, to fence its own writes), supervised like COMMAND, in its
+//     own process group, for at most --on-abort-timeout (default 5m): then
+//     its group gets SIGTERM, SIGKILL --grace later, and the run exits 6;
+//     at or after the boundary, the run exits 5 and says that a person must
+//     verify the schema.
 //   - The outcome is recorded (stderr, and --outcome-file when given,
 //     synced) before the migration mutex is released; if the file cannot be
 //     written the mutex is left to lapse at its ttl.
 //   - Exit codes are distinct: 0 success, 1 COMMAND failed, 2 usage,
 //     3 could not acquire now (retry), 4 lost before the DDL boundary, 5
-//     lost at or after it, 6 lost before it and --on-abort failed, 7 the
+//     lost at or after it, 6 lost before it and --on-abort failed (or ran
+//     past --on-abort-timeout), 7 the
 //     outcome could not be written (the mutex is left to lapse), 8 refused
 //     for good (403 forbidden, 409 revoked, 409 verification_required).
 //   - The group's namespace is pinned for the run: --namespace (env

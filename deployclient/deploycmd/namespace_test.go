@@ -93,6 +93,12 @@ func (a *cliAPI) requests() []cliRequest {
 // it, and a scratch directory.
 func serveCLI(t *testing.T, api *cliAPI) (conn []string, dir string) {
 	t.Helper()
+	return serveCLIHandler(t, api)
+}
+
+// serveCLIHandler is serveCLI for any handler.
+func serveCLIHandler(t *testing.T, api http.Handler) (conn []string, dir string) {
+	t.Helper()
 	srv := httptest.NewUnstartedServer(api)
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.StartTLS()

@@ -28,10 +28,12 @@ type runFlags struct {
 	operationID string
 	ttl         int
 	onAbort     string
-	wait        time.Duration
-	grace       time.Duration
-	outcomeFile string
-	takeOver    bool
+	// onAbortTimeout bounds the --on-abort command.
+	onAbortTimeout time.Duration
+	wait           time.Duration
+	grace          time.Duration
+	outcomeFile    string
+	takeOver       bool
 }
 
 // outcome is what a run records before it releases the migration mutex.
@@ -60,6 +62,8 @@ COMMAND exited (phase done) was confirmed at the grant's topology generation.
 One runner at a time: an operation id that is live under another runner (a retried Job pod, a
 re-run CI job) is not started again; without --take-over the run exits 3 and names it, with
 --take-over it waits 120 s (the longest ttl) so the other runner's command is certainly stopped.
+A grant retried after a lost answer and answered 200 is handled the same way: the lost request may
+have re-granted another runner's operation, and the answer cannot tell that from this run's own.
 
 Exit codes:
   0  COMMAND succeeded and authority was confirmed after it ended
@@ -69,7 +73,8 @@ Exit codes:
      API unreachable): retry later
   4  authority lost before the DDL boundary; COMMAND stopped, --on-abort (if any) succeeded
   5  authority lost at or after the DDL boundary: a person must verify the schema
-  6  authority lost before the DDL boundary and --on-abort failed
+  6  authority lost before the DDL boundary and --on-abort failed, or did not end within
+     --on-abort-timeout (its process group was then killed)
   7  COMMAND ended but the outcome could not be written to --outcome-file (the mutex lapses)
   8  refused for good (403 forbidden, 409 revoked, 409 verification_required): do not retry as is;
      without --namespace, a 403 may mean the group's name exists in more than one namespace
@@ -81,7 +86,12 @@ treated as a loss of authority (4 or 5), or refused (8) before COMMAND starts.
 
 COMMAND gets BLOODRAVEN_GROUP, BLOODRAVEN_INSTANCE, BLOODRAVEN_OPERATION_ID,
 BLOODRAVEN_TOPOLOGY_GENERATION and BLOODRAVEN_DDL_MARKER; it runs 'bloodraven deploy mark-ddl'
-(which returns only once the operator confirmed the boundary) before its first schema change.`
+(which returns only once the operator confirmed the boundary) before its first schema change.
+
+COMMAND and the --on-abort command each run in their own process group. On Linux each is started
+through a small supervisor (this binary again, a child subreaper): if the run is killed outright
+(SIGKILL), the supervisor kills the whole process group and every process that left it, so
+nothing the command started keeps running.`
 
 func runCommand(stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
 	var f runFlags
@@ -101,6 +111,7 @@ func runCommand(stdin io.Reader, stdout, stderr io.Writer, getenv func(string) s
 	fs.StringVar(&f.operationID, "operation-id", "", "operation id, 1-128 of [A-Za-z0-9._:-]; default a random UUID; use one per pipeline run, e.g. <git-sha>-<run-id>")
 	fs.IntVar(&f.ttl, "ttl", 30, "lease ttl in seconds; the server clamps it to [5, 120]; renewed every ttl/3")
 	fs.StringVar(&f.onAbort, "on-abort", "", "shell command run (sh -c) when authority is lost before the DDL boundary: the application's fenced abort")
+	fs.DurationVar(&f.onAbortTimeout, "on-abort-timeout", 5*time.Minute, "how long the --on-abort command may run: then its process group gets SIGTERM, SIGKILL --grace later, and the run exits 6")
 	fs.DurationVar(&f.wait, "wait", 5*time.Minute, "how long to wait for a held mutex (and transient refusals) before giving up with exit 3")
 	fs.DurationVar(&f.grace, "grace", 0, "time from SIGTERM to SIGKILL when the command is stopped; the stop starts this long before the lease's deadline, so the command is gone by then; at most ttl/3 (default ttl/3, at most 10s)")
 	fs.StringVar(&f.outcomeFile, "outcome-file", "", "file the outcome is written to (JSON, synced) before the migration mutex is released; when it cannot be written the mutex is left to lapse")
@@ -120,6 +131,9 @@ func runMain(f runFlags, command []string, stdin io.Reader, stdout, stderr io.Wr
 		return ExitUsage
 	case f.ttl <= 0:
 		logf("--ttl must be a positive number of seconds")
+		return ExitUsage
+	case f.onAbortTimeout <= 0:
+		logf("--on-abort-timeout must be positive (for example 5m): the abort command is bounded")
 		return ExitUsage
 	}
 	// The server clamps the ttl to [5, 120]; the grace must fit in a
@@ -245,33 +259,20 @@ func (r *runner) run(command []string, stdin io.Reader, stdout, stderr io.Writer
 	defer stopControl()
 	go serveControl(cctx, ctl, r.markDDL)
 
-	cmd := exec.Command(command[0], command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-	cmd.Env = append(r.childEnv(), EnvDDLMarker+"="+r.marker, EnvControl+"="+filepath.Join(r.dir, "control"))
-	// Its own process group, so that SIGTERM and SIGKILL reach everything it
-	// started; on Linux also SIGKILL if this process dies (see proc_*.go).
-	cmd.SysProcAttr = childAttr()
 	if !r.sess.Held() {
 		r.logf("AUTHORITY LOST before the command started: %v", r.lostErr())
 		return r.lost()
 	}
-	started, exited := make(chan error, 1), make(chan error, 1)
-	go func() {
-		// Pdeathsig fires when the thread that started the command ends:
-		// keep this goroutine on its thread until the command has exited.
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		exited <- cmd.Wait()
-	}()
-	if err := <-started; err != nil {
+	// Its own process group, so that SIGTERM and SIGKILL reach everything it
+	// started; on Linux through a supervisor that kills that group (and
+	// whatever left it) if this process dies (see proc_*.go).
+	env := append(r.childEnv(), EnvDDLMarker+"="+r.marker, EnvControl+"="+filepath.Join(r.dir, "control"))
+	c, err := startChild(command, env, stdin, stdout, stderr, r.logf)
+	if err != nil {
 		r.logf("could not start %q: %v", commandLine(command), err)
 		return r.finish(ExitChildFailed, "failed", fmt.Sprintf("could not start: %v", err))
 	}
-	pid := cmd.Process.Pid
+	pid, exited := c.pid, c.exited
 	defer func() { _ = syscall.Kill(-pid, syscall.SIGKILL) }() // whatever happens below
 	r.logf("started %q (pid %d); it marks the DDL boundary with 'bloodraven deploy mark-ddl' before its first schema change", commandLine(command), pid)
 
@@ -293,9 +294,7 @@ wait:
 			_ = syscall.Kill(-pid, s.(syscall.Signal))
 		}
 	}
-	if cmd.ProcessState != nil {
-		r.exitCode = cmd.ProcessState.ExitCode()
-	}
+	r.exitCode = c.exitCode
 	// Whatever the command left running in its group is stopped before any
 	// lease is released.
 	if !lost {
@@ -441,16 +440,36 @@ func (r *runner) lost() int {
 		r.logf("no --on-abort command given: nothing to clean up")
 		return r.finish(ExitLostBeforeDDL, "lost-before-ddl", lostErr.Error())
 	}
-	r.logf("running the fenced abort: %s", r.f.onAbort)
-	abort := exec.Command("/bin/sh", "-c", r.f.onAbort)
-	abort.Stdout, abort.Stderr = r.stdout, r.stderr
-	abort.Env = append(r.childEnv(), EnvLostCause+"="+lostCause(lostErr))
-	if err := abort.Run(); err != nil {
+	r.logf("running the fenced abort (at most --on-abort-timeout %s): %s", r.f.onAbortTimeout, r.f.onAbort)
+	if err := r.runAbort(lostErr); err != nil {
 		r.logf("the abort command failed: %v; clean up by hand before any retry", err)
 		return r.finish(ExitAbortFailed, "abort-failed", lostErr.Error())
 	}
 	r.logf("the abort command succeeded")
 	return r.finish(ExitLostBeforeDDL, "lost-before-ddl", lostErr.Error())
+}
+
+// runAbort runs --on-abort (sh -c) in its own process group, supervised
+// like the command, for at most --on-abort-timeout: then its group gets
+// SIGTERM, SIGKILL --grace later, and the abort counts as failed. Whatever
+// it leaves running in its group is stopped when it ends.
+func (r *runner) runAbort(lostErr error) error {
+	env := append(r.childEnv(), EnvLostCause+"="+lostCause(lostErr))
+	c, err := startChild([]string{"/bin/sh", "-c", r.f.onAbort}, env, nil, r.stdout, r.stderr, r.logf)
+	if err != nil {
+		return fmt.Errorf("could not start: %w", err)
+	}
+	t := r.clk.NewTimer(r.f.onAbortTimeout)
+	defer t.Stop()
+	select {
+	case err = <-c.exited:
+		stopLeftovers(r.clk, c.pid, r.f.grace, r.logf)
+		return err
+	case <-t.C():
+		r.logf("the abort command did not end within --on-abort-timeout %s: SIGTERM to its process group, SIGKILL after %s", r.f.onAbortTimeout, r.f.grace)
+		_ = stop(r.clk, c.pid, c.exited, r.clk.Now().Add(r.f.grace))
+		return fmt.Errorf("did not end within --on-abort-timeout %s; its process group was killed", r.f.onAbortTimeout)
+	}
 }
 
 func lostCause(err error) string {
@@ -492,4 +511,47 @@ func (r *runner) finish(code int, result, detail string) int {
 		r.logf("outcome %s recorded; the failover-hold and the migration mutex are released", result)
 	}
 	return code
+}
+
+// child is a started process (the command, or the --on-abort command) that
+// leads its own process group: pid is also the group's id.
+type child struct {
+	pid int
+	// exited receives how it ended, once: nil for exit status 0, else an
+	// error that says how (exit status N, signal: ...).
+	exited chan error
+	// exitCode is its exit code, -1 when a signal ended it or it is not
+	// known; set before exited receives.
+	exitCode int
+}
+
+// startDirect starts argv itself in its own process group (childAttr),
+// and waits for it on a goroutine locked to its thread until it has
+// exited: a parent-death signal fires when the thread that started the
+// process ends.
+func startDirect(argv, env []string, stdin io.Reader, stdout, stderr io.Writer) (*child, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	cmd.Env = env
+	cmd.SysProcAttr = childAttr()
+	c := &child{exited: make(chan error, 1), exitCode: -1}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		err := cmd.Wait()
+		if cmd.ProcessState != nil {
+			c.exitCode = cmd.ProcessState.ExitCode()
+		}
+		c.exited <- err
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	c.pid = cmd.Process.Pid
+	return c, nil
 }
