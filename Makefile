@@ -192,14 +192,21 @@ lint: $(STATICCHECK) ## gofmt, go vet and staticcheck.
 FUZZTIME ?= 10s
 FUZZ_TARGETS := deployapi:FuzzDecodeGrant deployapi:FuzzDecodeRenew deployclient:FuzzDecodeAnswer
 
+TEST_TIMES ?= $(ROOT)/bin/test-times.json
+TESTREPORT := $(ROOT)/bin/testreport -slowest 20 -out $(TEST_TIMES)
+
 .PHONY: test
 test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) $(THIRD_PARTY_CRDS) mariadb lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, a short fuzz run of the decoders, then the quick benchmark.
 	@# The e2e package runs after the others, alone: its latency comparison
 	@# (the hostile tenant's, quiet against attacked renewals) must not share
 	@# this machine's cores with another package's tests.
-	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/e2e$$')
-	$(GO) test -race -count=1 -timeout 30m ./e2e
-	cd $(CLIENT_MOD) && $(GO) test -race -count=1 -timeout 10m ./...
+	@# testreport prints what go test prints (failed tests' output only)
+	@# and the slowest tests of each run; every timing goes to TEST_TIMES.
+	@rm -f $(TEST_TIMES)
+	$(GO) build -o $(ROOT)/bin/testreport ./hack/testreport
+	$(TESTREPORT) -- $(GO) test -json -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/e2e$$')
+	$(TESTREPORT) -- $(GO) test -json -race -count=1 -timeout 30m ./e2e
+	cd $(CLIENT_MOD) && $(TESTREPORT) -- $(GO) test -json -race -count=1 -timeout 10m ./...
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory bench BENCH_QUICK=1
 

@@ -13,6 +13,7 @@ package operatortest
 import (
 	"context"
 	"crypto/tls"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -198,9 +199,11 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 	return o
 }
 
-// quiet logs only when the test fails or -v is given.
+// quiet logs only when -v is given (not -json: make test's reporter keeps
+// only failed tests' output, and the operator's log would cost every test
+// its volume).
 func quiet(t testing.TB, discard bool) logr.Logger {
-	if tt, ok := t.(*testing.T); ok && testing.Verbose() && !discard {
+	if tt, ok := t.(*testing.T); ok && plainVerbose() && !discard {
 		return testr.New(tt)
 	}
 	return logr.Discard()
@@ -361,4 +364,11 @@ func NewCA(t testing.TB) []byte {
 	ca, err := pki.NewCA("foreign CA", time.Now(), time.Hour)
 	must(t, err)
 	return ca.CertPEM
+}
+
+// plainVerbose: -test.v=true, not test2json's -test.v=test2json (go test
+// -json), which testing.Verbose also reports.
+func plainVerbose() bool {
+	f := flag.Lookup("test.v")
+	return testing.Verbose() && f != nil && f.Value.String() == "true"
 }
