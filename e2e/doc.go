@@ -36,6 +36,20 @@
 //     promotes pdx past such a pending planned failover (black-holed and
 //     paused iad), fences the returning iad within about one probe
 //     interval, and the planned failover ends AlreadyActive;
+//   - a planned move that loses its old primary mid-promotion (issue 35):
+//     iad's proxy slows the promotion, iad is paused (SIGSTOP) once the
+//     planned transition is persisted; the transition is rolled back at
+//     once (pdx fenced, the planned failover back in Admitting), the
+//     emergency path promotes pdx within failureDetectionSeconds + 10 s
+//     of the pause, the planned failover ends AlreadyActive, and no
+//     sample (every 100 ms) shows two writable sites;
+//   - a deposed leader (issue 35): two operator processes, the leader
+//     paused (SIGSTOP) mid-promotion until the follower has completed
+//     that move and a second one back to iad, then resumed: @@read_only
+//     sampled every 10 ms shows at most one writable site, pdx is never
+//     opened nor re-pointed away from iad, and the old leader's process
+//     ends (leader election lost) and comes back a follower (503
+//     not_leader);
 //   - hostile input over the wire: a table of malformed, oversized,
 //     wrong-method, wrong-content-type, traversal and header-bomb requests,
 //     a slow body, 1,000 idle TLS connections and TLS 1.0/1.1 handshakes;

@@ -19,7 +19,8 @@ import (
 // Timing of a ReadOnlySampler.
 const (
 	// ReadOnlyInterval is the time between two samples' starts (a tick
-	// whose queries take longer delays the next one).
+	// whose queries take longer delays the next one), unless
+	// StartReadOnlySamplerEvery sets another.
 	ReadOnlyInterval = 100 * time.Millisecond
 	// ReadOnlyQueryBound bounds each site's query (connect included): a
 	// paused or unreachable site is unknown in that sample.
@@ -42,10 +43,11 @@ type Sample struct {
 // ReadOnlyInterval, straight on the servers, and keeps every sample and
 // every mark. It is an observer: it never changes a site.
 type ReadOnlySampler struct {
-	dbs  map[string]*sql.DB
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	dbs      map[string]*sql.DB
+	interval time.Duration
+	stop     chan struct{}
+	done     chan struct{}
+	once     sync.Once
 
 	mu      sync.Mutex
 	samples []Sample
@@ -62,7 +64,15 @@ type mark struct {
 // and then logs the timeline if the test failed.
 func StartReadOnlySampler(t *testing.T, sites map[string]string) *ReadOnlySampler {
 	t.Helper()
-	r := &ReadOnlySampler{dbs: map[string]*sql.DB{}, stop: make(chan struct{}), done: make(chan struct{})}
+	return StartReadOnlySamplerEvery(t, sites, ReadOnlyInterval)
+}
+
+// StartReadOnlySamplerEvery is StartReadOnlySampler with the given interval
+// between two samples' starts (ReadOnlyInterval by default): a test that
+// hunts for a short overlap of two writable sites samples more often.
+func StartReadOnlySamplerEvery(t *testing.T, sites map[string]string, interval time.Duration) *ReadOnlySampler {
+	t.Helper()
+	r := &ReadOnlySampler{dbs: map[string]*sql.DB{}, interval: interval, stop: make(chan struct{}), done: make(chan struct{})}
 	for name, dsn := range sites {
 		db, err := sql.Open("mysql", dsn)
 		if err != nil {
@@ -108,7 +118,7 @@ func (r *ReadOnlySampler) Stop() {
 
 func (r *ReadOnlySampler) run() {
 	defer close(r.done)
-	tk := time.NewTicker(ReadOnlyInterval)
+	tk := time.NewTicker(r.interval)
 	defer tk.Stop()
 	for {
 		select {
@@ -181,8 +191,8 @@ func (r *ReadOnlySampler) Samples() []Sample {
 
 // TwoWritable returns the samples taken in [from, to] (a zero to: up to the
 // latest) in which two or more sites answered read_only=0: a split brain the
-// sampler saw. Its resolution is ReadOnlyInterval; a shorter overlap may
-// fall between two samples.
+// sampler saw. Its resolution is its interval; a shorter overlap may fall
+// between two samples.
 func (r *ReadOnlySampler) TwoWritable(from, to time.Time) []Sample {
 	var out []Sample
 	for _, s := range r.Samples() {
@@ -224,8 +234,8 @@ func (r *ReadOnlySampler) FirstUnknown(site string, after time.Time) (time.Time,
 // first sample at or after after (the instant it was resumed or restarted)
 // in which site answered, to the first from then on in which it answered
 // read_only=1. It is 0 if the site came back read-only; false if it did not
-// answer, or was never seen read-only, after after. Resolution:
-// ReadOnlyInterval.
+// answer, or was never seen read-only, after after. Resolution: the
+// sampler's interval.
 func (r *ReadOnlySampler) FenceLatency(site string, after time.Time) (time.Duration, bool) {
 	back, ok := r.FirstKnown(site, after)
 	if !ok {

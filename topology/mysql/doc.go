@@ -35,9 +35,10 @@
 //     the target or on any reachable site (ErrNewerFence). UndoTransition
 //     puts the confirmed row back where a rolled-back transition wrote its
 //     own.
-//   - Leadership: Promote and Rejoin confirm that the operator still leads
-//     (topology.ConfirmLeading) before they open or re-point a site, and run
-//     within the leadership confirmed (topology.ErrNotLeading otherwise).
+//   - Leadership: Promote, FenceOthers and Rejoin confirm that the operator
+//     still leads (topology.ConfirmLeading) before they open, re-point or
+//     fence a site, and run within the leadership confirmed
+//     (topology.ErrNotLeading otherwise, never an UnreachableError).
 //
 // Every call has short timeouts (connect 2 s, read/write 10 s; GTID waits
 // are bounded by WaitTimeout). The driver's own waits read Driver.Clock

@@ -514,6 +514,9 @@ func (d *Driver) FenceOthers(ctx context.Context, g *v1.MysqlFailoverGroup, targ
 			continue
 		}
 		gtid, err := d.fenceAndConfirm(ctx, g, sp)
+		if errors.Is(err, topology.ErrNotLeading) {
+			return err // not the site's fault
+		}
 		if err != nil {
 			return &topology.UnreachableError{Site: sp.Name, Err: err}
 		}
@@ -536,6 +539,15 @@ func (d *Driver) fenceAndConfirm(ctx context.Context, g *v1.MysqlFailoverGroup, 
 	if err != nil {
 		return "", err
 	}
+	// A deposed leader fences nothing either: a pause of this process (in
+	// the dial above, say) may have outlasted its leadership, and the site
+	// may be the primary its successor chose since. Confirmed after the
+	// dial, and the fence runs within the leadership confirmed.
+	ctx, lcancel, err := topology.ConfirmLeading(ctx)
+	if err != nil {
+		return "", fmt.Errorf("fence %s: %w", sp.Name, err)
+	}
+	defer lcancel()
 	if err := o.exec(ctx, o.d.readOnlyOn...); err != nil {
 		return "", err
 	}

@@ -11,38 +11,60 @@ import (
 )
 
 // Issue 35, item 6 (docs/design.md "a deposed leader never acts on the data
-// plane"): a leader paused inside FenceOthers (its GTID wait, a VM pause, a
-// long GC) resumes after a successor has moved the group. It confirms it
-// still leads before it opens the target; when it does not, nothing is
-// opened and nothing re-pointed. At e3e472e nothing tied SQL actions to
-// leadership: the target was opened and the other site re-pointed at it.
+// plane"): a leader paused inside a planned promotion (in a dial, in
+// FenceOthers' GTID wait, a VM pause, a long GC) resumes after a successor
+// has moved the group. It confirms it still leads before it fences a site
+// and again before it opens the target; when it does not, nothing more is
+// fenced, nothing opened and nothing re-pointed. At e3e472e nothing tied SQL
+// actions to leadership: the target was opened and the other site
+// re-pointed at it; until the fence was checked too, a deposed leader made
+// its successor's primary read-only.
 func TestADeposedLeaderOpensNothing(t *testing.T) {
-	s := startSites(t)
-	var checks atomic.Int32
-	// Leading at the start of the promotion, deposed by the time FenceOthers
-	// returns.
-	ctx := topology.WithLeaderCheck(context.Background(), func(context.Context) (time.Duration, error) {
-		if checks.Add(1) == 1 {
-			return 10 * time.Second, nil
-		}
-		return 0, errors.New("the leader-election Lease is held by the successor")
-	})
-	err := s.driver.Promote(ctx, s.group, "pdx", 2, true)
-	if !errors.Is(err, topology.ErrNotLeading) {
-		t.Fatalf("promotion by a deposed leader: %v, want ErrNotLeading", err)
-	}
-	if checks.Load() != 2 {
-		t.Fatalf("leadership confirmed %d times, want before the first action and before opening", checks.Load())
-	}
-	if w, repl, _ := s.state(t, "pdx"); w || !repl {
-		t.Fatalf("pdx writable %v replicating %v: a deposed leader opened (or detached) it", w, repl)
-	}
-	if _, _, err := fence(t, open(t, s.pdx)); err == nil {
-		t.Fatal("a deposed leader wrote pdx's fence row")
-	}
-	// Re-pointing a site is an action too.
-	if err := s.driver.Rejoin(ctx, s.group, "iad", "pdx"); !errors.Is(err, topology.ErrNotLeading) {
-		t.Fatalf("rejoin by a deposed leader: %v, want ErrNotLeading", err)
+	for _, tc := range []struct {
+		name string
+		// leading is how many leadership checks pass before it is deposed.
+		leading int32
+		// checks it makes in all; whether iad ends fenced.
+		checks    int32
+		iadFenced bool
+	}{
+		{"deposed before it fences the old primary: fences nothing", 1, 2, false},
+		{"deposed after the fence: opens nothing", 2, 3, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startSites(t)
+			var checks atomic.Int32
+			ctx := topology.WithLeaderCheck(context.Background(), func(context.Context) (time.Duration, error) {
+				if checks.Add(1) <= tc.leading {
+					return 10 * time.Second, nil
+				}
+				return 0, errors.New("the leader-election Lease is held by the successor")
+			})
+			err := s.driver.Promote(ctx, s.group, "pdx", 2, true)
+			if !errors.Is(err, topology.ErrNotLeading) {
+				t.Fatalf("promotion by a deposed leader: %v, want ErrNotLeading", err)
+			}
+			var ue *topology.UnreachableError
+			if errors.As(err, &ue) {
+				t.Fatalf("a deposed leader's refusal is reported as an unreachable site: %v", err)
+			}
+			if checks.Load() != tc.checks {
+				t.Fatalf("leadership confirmed %d times, want %d", checks.Load(), tc.checks)
+			}
+			if w, _, _ := s.state(t, "iad"); w == tc.iadFenced {
+				t.Fatalf("iad writable %v, want fenced %v", w, tc.iadFenced)
+			}
+			if w, repl, _ := s.state(t, "pdx"); w || !repl {
+				t.Fatalf("pdx writable %v replicating %v: a deposed leader opened (or detached) it", w, repl)
+			}
+			if _, _, err := fence(t, open(t, s.pdx)); err == nil {
+				t.Fatal("a deposed leader wrote pdx's fence row")
+			}
+			// Re-pointing a site is an action too.
+			if err := s.driver.Rejoin(ctx, s.group, "iad", "pdx"); !errors.Is(err, topology.ErrNotLeading) {
+				t.Fatalf("rejoin by a deposed leader: %v, want ErrNotLeading", err)
+			}
+		})
 	}
 }
 
