@@ -278,12 +278,24 @@ func TestMetrics(t *testing.T) {
 	f.do(http.MethodGet, groupPath, stranger, nil)
 	f.do(http.MethodGet, groupPath+"?namespace=made-up-namespace", stranger, nil)
 
-	text := gatherText(t, f.reg)
+	// The active-lease gauges count the lease cache, which follows a grant
+	// by a watch event: wait for both (CI once gathered before the hold's
+	// event arrived).
+	active := []string{
+		`bloodraven_deploy_leases_active{group="playground",kind="migration",namespace="` + f.groupNS + `"} 1`,
+		`bloodraven_deploy_leases_active{group="playground",kind="failover-hold",namespace="` + f.groupNS + `"} 1`,
+	}
+	var text string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		text = gatherText(t, f.reg)
+		if strings.Contains(text, active[0]) && strings.Contains(text, active[1]) || time.Now().After(deadline) {
+			break
+		}
+	}
 	for _, want := range []string{
 		`bloodraven_deploy_api_requests_total{group="playground",handler="grant",namespace="` + f.groupNS + `",status="201"} 2`,
 		`bloodraven_deploy_api_requests_total{group="",handler="get_group",namespace="",status="403"} 3`,
-		`bloodraven_deploy_leases_active{group="playground",kind="migration",namespace="` + f.groupNS + `"} 1`,
-		`bloodraven_deploy_leases_active{group="playground",kind="failover-hold",namespace="` + f.groupNS + `"} 1`,
+		active[0], active[1],
 		`bloodraven_deploy_api_request_duration_seconds_count{group="playground",handler="grant",namespace="` + f.groupNS + `",status="201"} 2`,
 	} {
 		if !strings.Contains(text, want) {
