@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -20,11 +19,7 @@ import (
 func TestAFailingOperationStepStillRecordsTheObservation(t *testing.T) {
 	f := newFixture(t, true)
 	f.settle()
-	f.driver.FailUpdates(f.group, "pdx", errors.New("simulated rollout failure"))
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.UpdateRevision = "r7" })
-	for i := 0; i < 3; i++ {
-		_, _ = f.reconcileTolerant()
-	}
+	f.admitFailingUpdate()
 	if g := f.get(); g.Status.UpdatePhase != v1.PhaseUpdatingReplicas || !g.Status.Health.Ready || g.Status.PrimaryLostAt != nil {
 		t.Fatalf("setup: update phase %s, health %+v, primaryLostAt %v", g.Status.UpdatePhase, g.Status.Health, g.Status.PrimaryLostAt)
 	}

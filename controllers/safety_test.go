@@ -41,6 +41,19 @@ func (f *fixture) rounds(n int, check func(round int)) {
 	}
 }
 
+// admitFailingUpdate requests an ordered update (revision r7) that is
+// admitted and then cannot update pdx: every reconcile's step fails. (With
+// pdx unreachable it would not be admitted at all: a planned operation
+// waits until it can fence every other site.)
+func (f *fixture) admitFailingUpdate() {
+	f.t.Helper()
+	f.driver.FailUpdates(f.group, "pdx", errors.New("simulated rollout failure"))
+	f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.UpdateRevision = "r7" })
+	for i := 0; i < 3; i++ {
+		_, _ = f.reconcileTolerant()
+	}
+}
+
 // reconcileTolerant runs a reconcile and returns its error (lease
 // bookkeeping may fail here on purpose).
 func (f *fixture) reconcileTolerant() (ctrl.Result, error) {
@@ -87,14 +100,7 @@ func TestEmergencyFailoverWhileLeaseUpdatesAreDenied(t *testing.T) {
 func TestRemovingARequestReleasesItsReservation(t *testing.T) {
 	f := newFixture(t, true)
 	f.settle()
-	// The ordered update is admitted, then cannot update pdx. (With pdx
-	// unreachable it would not be admitted at all: a planned operation
-	// waits until it can fence every other site.)
-	f.driver.FailUpdates(f.group, "pdx", errors.New("simulated rollout failure"))
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.UpdateRevision = "r7" })
-	for i := 0; i < 3; i++ {
-		_, _ = f.reconcileTolerant()
-	}
+	f.admitFailingUpdate()
 	if g := f.get(); g.Status.Reservation == nil || g.Status.UpdatePhase != v1.PhaseUpdatingReplicas {
 		t.Fatalf("setup: reservation %+v phase %s", g.Status.Reservation, g.Status.UpdatePhase)
 	}

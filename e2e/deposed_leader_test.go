@@ -53,15 +53,7 @@ func TestADeposedLeaderPausedMidPromotionNeverOpensASite(t *testing.T) {
 	var proxies [2]*faultproxy.Proxy
 	var webhooks *forwarder
 	p, cfg := e2etest.PlaygroundWith(t, func(cfg *devenv.Config) {
-		for i, port := range cfg.MySQLPorts {
-			px, err := faultproxy.New(fmt.Sprintf("127.0.0.1:%d", port))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = px.Close() }) // after the playground is down
-			proxies[i] = px
-			cfg.SitePorts[i] = px.Port()
-		}
+		proxies = faultProxies(t, cfg)
 		webhooks = newForwarder(t, cfg.TLSAddr)
 		cfg.WebhookAddr = webhooks.addr()
 	})
@@ -89,26 +81,7 @@ func TestADeposedLeaderPausedMidPromotionNeverOpensASite(t *testing.T) {
 	})
 
 	// Move 1, iad→pdx, slowed, and its leader paused inside the promotion.
-	proxies[0].SetMode(faultproxy.Delay(promotionDelay))
-	t.Cleanup(func() { proxies[0].SetMode(faultproxy.Pass) })
-	// The prober's probes of iad now run with the delay, and pass.
-	time.Sleep(2 * probeInterval)
-	waitStatus(t, admin, key, 10*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
-		if g.Status.PrimaryLostAt != nil {
-			return false, fmt.Sprintf("with iad's proxy delayed %v its probes fail: the delay must stay within the probe timeout", promotionDelay)
-		}
-		return g.Status.Health.Ready, ""
-	})
-	versions := watchGroup(t, p, key)
-	requestPlannedFailover(t, admin, key, "move-1", "pdx")
-	requested := ro.Mark("move 1 (to pdx) requested")
-	_, seen := versions.until(t, "move 1's transition persisted", 40*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
-		if g.Status.TopologyGeneration != 1 {
-			return false, "move 1 completed before its transition was seen"
-		}
-		tr := g.Status.Transition
-		return tr != nil && tr.Operation == v1.OperationPlannedFailover && tr.TargetSite == "pdx", ""
-	})
+	_, _, requested, seen := slowPlannedMoveToPdx(t, p, admin, key, proxies[0], ro, dump, "move-1")
 	// The leader writes the transition, confirms it leads, dials pdx (no
 	// delay) and then dials iad (every round trip 300 ms or more): half a
 	// round trip later it waits for iad's answer, before FenceOthers and

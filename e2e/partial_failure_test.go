@@ -231,17 +231,7 @@ func requestUnderFault(t *testing.T, kind string, budgetSeconds int32) *faultedR
 func faultPlayground(t *testing.T) (*devenv.Playground, [2]*faultproxy.Proxy) {
 	t.Helper()
 	var proxies [2]*faultproxy.Proxy
-	p, _ := e2etest.PlaygroundWith(t, func(cfg *devenv.Config) {
-		for i, port := range cfg.MySQLPorts {
-			px, err := faultproxy.New(fmt.Sprintf("127.0.0.1:%d", port))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = px.Close() }) // after the playground is down
-			proxies[i] = px
-			cfg.SitePorts[i] = px.Port()
-		}
-	})
+	p, _ := e2etest.PlaygroundWith(t, func(cfg *devenv.Config) { proxies = faultProxies(t, cfg) })
 	return p, proxies
 }
 
@@ -493,4 +483,22 @@ func (h *statusHistory) String() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return strings.Join(h.lines, "\n")
+}
+
+// faultProxies puts a fault proxy in front of each of cfg's MariaDB sites:
+// the operator reaches the sites through them, the tests' own connections
+// stay direct. Each is closed after the playground is down.
+func faultProxies(t *testing.T, cfg *devenv.Config) [2]*faultproxy.Proxy {
+	t.Helper()
+	var proxies [2]*faultproxy.Proxy
+	for i, port := range cfg.MySQLPorts {
+		px, err := faultproxy.New(fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = px.Close() })
+		proxies[i] = px
+		cfg.SitePorts[i] = px.Port()
+	}
+	return proxies
 }

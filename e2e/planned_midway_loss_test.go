@@ -62,29 +62,7 @@ func TestAPlannedMoveThatLosesItsOldPrimaryMidwayFailsOverWithinBudget(t *testin
 	begin := ro.Mark("sampling")
 	dump := statusDumper(t, admin, key, p)
 
-	proxies[0].SetMode(faultproxy.Delay(promotionDelay))
-	t.Cleanup(func() { proxies[0].SetMode(faultproxy.Pass) })
-	ro.Mark(fmt.Sprintf("iad's proxy delays %v", promotionDelay))
-	// The prober's probes of iad now run with the delay, and pass: two
-	// probe intervals later the group is still ready.
-	time.Sleep(2 * probeInterval)
-	waitStatus(t, admin, key, 10*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
-		if g.Status.PrimaryLostAt != nil {
-			return false, fmt.Sprintf("with iad's proxy delayed %v its probes fail: the delay must stay within the probe timeout", promotionDelay)
-		}
-		return g.Status.Health.Ready, ""
-	})
-
-	versions := watchGroup(t, p, key)
-	requestPlannedFailover(t, admin, key, "pf-midway", "pdx")
-	requested := ro.Mark("planned failover to pdx requested")
-	persisted, seen := versions.until(t, "the planned transition persisted", 40*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
-		if g.Status.TopologyGeneration != 1 {
-			return false, "the planned failover completed before its transition was seen"
-		}
-		tr := g.Status.Transition
-		return tr != nil && tr.Operation == v1.OperationPlannedFailover && tr.TargetSite == "pdx", ""
-	})
+	versions, persisted, requested, seen := slowPlannedMoveToPdx(t, p, admin, key, proxies[0], ro, dump, "pf-midway")
 	if err := p.Sites[0].Pause(); err != nil {
 		t.Fatal(err)
 	}
@@ -278,3 +256,37 @@ func (gv *groupVersions) until(t *testing.T, what string, timeout time.Duration,
 
 // seen is every version read so far by until, oldest first.
 func (gv *groupVersions) seen() []groupVersion { return slices.Clone(gv.all) }
+
+// slowPlannedMoveToPdx delays every chunk through iad's proxy by
+// promotionDelay (until the test ends), checks that iad's probes still pass
+// with it, requests a planned failover to pdx named id and returns as soon
+// as its transition is persisted, watched, not polled: the watch (which
+// goes on), the group as then read, when the request was made and when the
+// transition was seen.
+func slowPlannedMoveToPdx(t *testing.T, p *devenv.Playground, admin client.Client, key client.ObjectKey, iad *faultproxy.Proxy,
+	ro *e2etest.ReadOnlySampler, dump func(string, ...any), id string) (versions *groupVersions, persisted *v1.MysqlFailoverGroup, requested, seen time.Time) {
+	t.Helper()
+	iad.SetMode(faultproxy.Delay(promotionDelay))
+	t.Cleanup(func() { iad.SetMode(faultproxy.Pass) })
+	ro.Mark(fmt.Sprintf("iad's proxy delays %v", promotionDelay))
+	// The prober's probes of iad now run with the delay, and pass: two
+	// probe intervals later the group is still ready.
+	time.Sleep(2 * probeInterval)
+	waitStatus(t, admin, key, 10*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
+		if g.Status.PrimaryLostAt != nil {
+			return false, fmt.Sprintf("with iad's proxy delayed %v its probes fail: the delay must stay within the probe timeout", promotionDelay)
+		}
+		return g.Status.Health.Ready, ""
+	})
+	versions = watchGroup(t, p, key)
+	requestPlannedFailover(t, admin, key, id, "pdx")
+	requested = ro.Mark("planned failover " + id + " to pdx requested")
+	persisted, seen = versions.until(t, "the transition of "+id+" persisted", 40*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
+		if g.Status.TopologyGeneration != 1 {
+			return false, "the planned failover completed before its transition was seen"
+		}
+		tr := g.Status.Transition
+		return tr != nil && tr.Operation == v1.OperationPlannedFailover && tr.TargetSite == "pdx", ""
+	})
+	return versions, persisted, requested, seen
+}

@@ -112,18 +112,11 @@ func startSupervised(path string, argv, env []string, stdin io.Reader, stdout, s
 	// SIGTERM when the thread that started it ends (below, locked until
 	// the supervisor ended): it is caught, and means "the run is gone".
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	started, ended := make(chan error, 1), make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		ended <- cmd.Wait()
+	ended := make(chan error, 1)
+	err = startOnLockedThread(cmd, func(err error) {
+		ended <- err
 		lifeW.Close() // only now: while it is open, the supervisor knows the run lives
-	}()
-	err = <-started
+	})
 	reportW.Close()
 	lifeR.Close()
 	if err != nil {

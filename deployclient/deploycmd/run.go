@@ -535,6 +535,25 @@ func startDirect(argv, env []string, stdin io.Reader, stdout, stderr io.Writer) 
 	cmd.Env = env
 	cmd.SysProcAttr = childAttr()
 	c := &child{exited: make(chan error, 1), exitCode: -1}
+	err := startOnLockedThread(cmd, func(err error) {
+		if cmd.ProcessState != nil {
+			c.exitCode = cmd.ProcessState.ExitCode()
+		}
+		c.exited <- err
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.pid = cmd.Process.Pid
+	return c, nil
+}
+
+// startOnLockedThread starts cmd from a goroutine locked to its thread and
+// waits for it there: a parent-death signal (Pdeathsig) fires when the
+// thread that started the process ends, so the thread lives until the
+// process has exited. ended gets Wait's error on that goroutine. The
+// error is Start's.
+func startOnLockedThread(cmd *exec.Cmd, ended func(error)) error {
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
@@ -543,15 +562,7 @@ func startDirect(argv, env []string, stdin io.Reader, stdout, stderr io.Writer) 
 			return
 		}
 		started <- nil
-		err := cmd.Wait()
-		if cmd.ProcessState != nil {
-			c.exitCode = cmd.ProcessState.ExitCode()
-		}
-		c.exited <- err
+		ended(cmd.Wait())
 	}()
-	if err := <-started; err != nil {
-		return nil, err
-	}
-	c.pid = cmd.Process.Pid
-	return c, nil
+	return <-started
 }
