@@ -196,7 +196,7 @@ TEST_TIMES ?= $(ROOT)/bin/test-times.json
 TESTREPORT := $(ROOT)/bin/testreport -slowest 20 -out $(TEST_TIMES)
 
 .PHONY: test
-test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) $(THIRD_PARTY_CRDS) mariadb lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, a short fuzz run of the decoders, then the quick benchmark.
+test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) $(THIRD_PARTY_CRDS) mariadb lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, a short fuzz run of the decoders, then a smoke run of the benchmark (make bench gives its tables).
 	@# The e2e package runs after the others, alone: its latency comparison
 	@# (the hostile tenant's, quiet against attacked renewals) must not share
 	@# this machine's cores with another package's tests.
@@ -208,7 +208,13 @@ test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) $(THIRD_PARTY_CR
 	$(TESTREPORT) -- $(GO) test -json -race -count=1 -timeout 30m ./e2e
 	cd $(CLIENT_MOD) && $(TESTREPORT) -- $(GO) test -json -race -count=1 -timeout 10m ./...
 	@$(MAKE) --no-print-directory fuzz
-	@$(MAKE) --no-print-directory bench BENCH_QUICK=1
+	@$(MAKE) --no-print-directory bench BENCH_SMOKE=1 BENCH_OUT=$(ROOT)/bin/bench-smoke.json
+
+.PHONY: soak
+soak: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb ## The long soak: 20 deploy runs renewing for SOAK_DURATION (5m; make test runs it for 80 s).
+	BLOODRAVEN_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -race -count=1 -timeout 30m ./e2e/soak -v
+
+SOAK_DURATION ?= 5m
 
 .PHONY: e2e
 e2e: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb ## Only the end-to-end and fault suite (./e2e/...: the binaries, real MariaDB, faults, the soak); make test runs it too.
@@ -226,14 +232,17 @@ e2e: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb ## Only the end-to-end and fau
 # each). It prints the tables and writes BENCH_OUT (JSON). It asserts only
 # that every figure was produced; the README explains the table.
 # BENCH_QUICK=1: short cells, site loss at 10, 100 and 1,000 groups, no real row,
-# 50 deploy cycles (what make test runs).
+# 50 deploy cycles (about 7 min). BENCH_SMOKE=1: the smallest size of each
+# table, under a minute: what make test runs, to prove the benchmark builds
+# and runs; its figures are not worth reading.
 BENCH_QUICK ?=
+BENCH_SMOKE ?=
 BENCH_OUT   ?= $(ROOT)/bench.json
 
 .PHONY: bench
 bench: $(KUBE_APISERVER) $(ETCD) mariadb ## Measure renewals against the floor and client-go, site loss and deploy history (BENCH_QUICK=1: about 7 min); tables on stdout, JSON in BENCH_OUT.
-	BLOODRAVEN_BENCH=1 BENCH_QUICK=$(BENCH_QUICK) BENCH_OUT=$(BENCH_OUT) $(GO) test ./bench -run '^(TestLoad|TestSiteLoss|TestDeployHistory)$$' -count=1 -timeout 60m -v
-	@if [ -z "$(BENCH_QUICK)" ]; then BLOODRAVEN_BENCH=1 $(GO) test ./operator -run '^TestSiteLossOfRealMariaDB$$' -count=1 -timeout 20m -v; fi
+	BLOODRAVEN_BENCH=1 BENCH_QUICK=$(BENCH_QUICK) BENCH_SMOKE=$(BENCH_SMOKE) BENCH_OUT=$(BENCH_OUT) $(GO) test ./bench -run '^(TestLoad|TestSiteLoss|TestDeployHistory)$$' -count=1 -timeout 60m -v
+	@if [ -z "$(BENCH_QUICK)$(BENCH_SMOKE)" ]; then BLOODRAVEN_BENCH=1 $(GO) test ./operator -run '^TestSiteLossOfRealMariaDB$$' -count=1 -timeout 20m -v; fi
 
 .PHONY: fuzz
 fuzz: ## Fuzz the request decoders and the client's answer decoder for FUZZTIME each (default 10s).

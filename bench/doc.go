@@ -30,7 +30,9 @@
 // per source address, and 32 fresh tokens from one address would queue
 // behind that limit (503 unavailable) instead of renewing.
 //
-// BENCH_QUICK=1 shortens every cell; BENCH_OUT names the JSON report (see
+// BENCH_QUICK=1 shortens every cell; BENCH_SMOKE=1 (what `make test` runs)
+// runs the smallest size of every table in under a minute, to prove that
+// the load generator builds and runs; BENCH_OUT names the JSON report (see
 // Report for its schema). BENCH_CLIENTS, BENCH_DATABASES and BENCH_MODES
 // (comma-separated) narrow the renewal cells and BENCH_RENEWALS_ONLY=1
 // skips the heap and revocation figures: for profiling a cell

@@ -36,8 +36,14 @@ type HistoryRow struct {
 // historySettle is how long bookkeeping gets to forget the last cycle's
 // holds: a released hold is deleted once its ttl (5 s here) has passed
 // since it last could have held, at a reconcile (every probe interval,
-// 10 s, or a Lease event).
-const historySettle = 30 * time.Second
+// 10 s, or a Lease event). A smoke run waits a second: its figures are
+// not read.
+func historySettle() time.Duration {
+	if smoke() {
+		return time.Second
+	}
+	return 30 * time.Second
+}
 
 // TestDeployHistory runs deploy cycles on 20 groups at once, as a pipeline
 // does them (grant the migration lease, take its failover-hold, renew
@@ -57,6 +63,9 @@ func TestDeployHistory(t *testing.T) {
 	cycles := 1000
 	if os.Getenv("BENCH_QUICK") != "" {
 		cycles = 50
+	}
+	if smoke() {
+		cycles = 12
 	}
 	if v, err := strconv.Atoi(os.Getenv("BENCH_HISTORY_CYCLES")); err == nil && v > 10 {
 		cycles = v
@@ -128,7 +137,7 @@ func (s *scene) deployCycle(ctx context.Context, i, c int) error {
 // deployment Leases (from the API server) and reads the heap.
 func (s *scene) history(ctx context.Context, t *testing.T, cycles int) HistoryRow {
 	t.Helper()
-	time.Sleep(historySettle)
+	time.Sleep(historySettle())
 	var list coordinationv1.LeaseList
 	must(t, env.Client.List(ctx, &list, client.InNamespace(s.o.Namespace), client.HasLabels{leasestore.LabelDeployLease}))
 	per := map[string]int{}

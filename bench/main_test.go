@@ -57,6 +57,13 @@ func paramsFromEnv() params {
 		p.Quick = true
 		p.Warmup, p.Measure, p.Idle, p.Settle = 500*time.Millisecond, 2500*time.Millisecond, 2*time.Second, 3*time.Second
 	}
+	if smoke() {
+		// The smallest of each figure: it proves the load generator builds
+		// and runs, and measures nothing worth reading.
+		p.Quick = true
+		p.Warmup, p.Measure, p.Idle, p.Settle = 200*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
+		p.Clients, p.Databases, p.RevocationLeases, p.Tombstones = []int{1}, []int{0}, 5, 200
+	}
 	// BENCH_CLIENTS, BENCH_DATABASES and BENCH_MODES (comma-separated)
 	// narrow the renewal cells, BENCH_RENEWALS_ONLY skips the heap and revocation
 	// figures: for profiling one cell, never for a report.
@@ -98,3 +105,7 @@ func maxInt(xs []int) int {
 	}
 	return m
 }
+
+// smoke is BENCH_SMOKE=1, what `make test` runs: every table at its
+// smallest size, in well under a minute; `make bench` gives the figures.
+func smoke() bool { return os.Getenv("BENCH_SMOKE") != "" }

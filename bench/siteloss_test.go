@@ -204,6 +204,9 @@ func TestSiteLoss(t *testing.T) {
 	if os.Getenv("BENCH_QUICK") != "" {
 		sizes = []int{10, 100, 1000}
 	}
+	if smoke() {
+		sizes = []int{10}
+	}
 	if v := os.Getenv("BENCH_SITELOSS_SIZES"); v != "" { // e.g. 10,100
 		sizes = nil
 		for _, f := range strings.Split(v, ",") {
@@ -236,6 +239,9 @@ func TestSiteLoss(t *testing.T) {
 	if os.Getenv("BENCH_QUICK") != "" {
 		warmup, measure = 500*time.Millisecond, 2500*time.Millisecond
 	}
+	if smoke() {
+		warmup, measure = 200*time.Millisecond, 500*time.Millisecond
+	}
 	var rows []SiteLossRow
 	for _, n := range sizes {
 		step(t, "site loss: %d groups", n)
@@ -245,6 +251,9 @@ func TestSiteLoss(t *testing.T) {
 		quietFor := 20 * time.Second
 		if os.Getenv("BENCH_QUICK") != "" {
 			quietFor = 5 * time.Second
+		}
+		if smoke() {
+			quietFor = time.Second
 		}
 		routine, heap, err := sl.quiet(ctx, quietFor)
 		if err != nil {

@@ -62,8 +62,9 @@
 //     and the victim's p99 under the flood stays within 2x its quiet p99;
 //   - verification covers one tenure (issue 35): a verified operation id
 //     re-run past `mark-ddl` and killed -9 again gates the instance again;
-//   - the soak: 20 `deploy run` clients, each with its own group, renewing
-//     for 5 minutes: every run succeeds, no 5xx, no refused renewal, the
+//   - the soak (package e2e/soak): 20 `deploy run` clients, each with its
+//     own group, renewing for 80 s in `make test` and 5 minutes in
+//     `make soak`: every run succeeds, no 5xx, no refused renewal, the
 //     operator's heap stays flat (skipped with -short).
 //
 // Guarantees: free loopback ports and a temporary state directory per test,

@@ -3,6 +3,7 @@ package soak
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,12 +19,26 @@ import (
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 )
 
-// soakClients and soakDuration: 20 pipelines, each renewing for 5 minutes.
+// soakClients pipelines renew a lease of soakTTL seconds each: 20, a
+// renewal every 5 s per lease.
 const (
-	soakClients  = 20
-	soakDuration = 5 * time.Minute
-	soakTTL      = 15 // seconds: a renewal every 5 s per lease
+	soakClients = 20
+	soakTTL     = 15 // seconds
 )
+
+// soakDuration is how long every pipeline renews: BLOODRAVEN_SOAK_DURATION
+// (a Go duration; `make soak` sets 5m), 80 s by default (`make test`).
+func soakDuration(t *testing.T) time.Duration {
+	v := os.Getenv("BLOODRAVEN_SOAK_DURATION")
+	if v == "" {
+		return 80 * time.Second
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 30*time.Second {
+		t.Fatalf("BLOODRAVEN_SOAK_DURATION=%q: want a Go duration of at least 30s", v)
+	}
+	return d
+}
 
 // requestCounts sums bloodraven_deploy_api_requests_total by handler and
 // status code.
@@ -53,17 +68,19 @@ func requestCounts(t *testing.T, url string) map[string]float64 {
 }
 
 // Twenty `bloodraven deploy run` clients, each holding the mutex and the
-// failover-hold of its own group, renew for five minutes: every run
-// succeeds (no false expiry: a lost lease would end it with exit 4), the
-// API answers no 5xx and no renewal 404, and the operator's heap is as
-// large at the end as after the first minute.
+// failover-hold of its own group, renew for soakDuration (80 s in make
+// test, five minutes in make soak): every run succeeds (no false expiry: a
+// lost lease would end it with exit 4), the API answers no 5xx and no
+// renewal 404, and the operator's heap, sampled ten times, is as large at
+// the end as at the start.
 //
 // The twenty groups point at closed ports: they never bootstrap, stay at
 // generation 0, and nothing moves under the leases; the soak measures the
 // lease path alone.
 func TestSoakOfTwentyDeployRuns(t *testing.T) {
+	soakDuration := soakDuration(t)
 	if testing.Short() {
-		t.Skip("five minutes")
+		t.Skipf("%v", soakDuration)
 	}
 	ctx := context.Background()
 	p, cfg := e2etest.Playground(t)
@@ -96,7 +113,7 @@ func TestSoakOfTwentyDeployRuns(t *testing.T) {
 			"sleep", strconv.Itoa(int(soakDuration.Seconds())))
 	}
 
-	// Sample the operator's heap every 30 s while they run.
+	// Sample the operator's heap ten times while they run.
 	var heap []float64
 	done := make(chan struct{})
 	go func() {
@@ -105,7 +122,7 @@ func TestSoakOfTwentyDeployRuns(t *testing.T) {
 		}
 		close(done)
 	}()
-	tick := time.NewTicker(30 * time.Second)
+	tick := time.NewTicker(soakDuration / 10)
 	defer tick.Stop()
 	deadline := time.After(soakDuration + 2*time.Minute)
 wait:
@@ -174,6 +191,6 @@ wait:
 	for i, h := range heap {
 		mib[i] = fmt.Sprintf("%.1f", h/(1<<20))
 	}
-	t.Logf("%d deploy runs for %v: %v renewals answered 200, %v answers 5xx; requests by handler and code: %v; operator heap every 30 s (MiB): %s",
-		soakClients, took.Round(time.Second), renewals, fivexx, delta, strings.Join(mib, " "))
+	t.Logf("%d deploy runs for %v: %v renewals answered 200, %v answers 5xx; requests by handler and code: %v; operator heap every %v (MiB): %s",
+		soakClients, took.Round(time.Second), renewals, fivexx, delta, soakDuration/10, strings.Join(mib, " "))
 }
