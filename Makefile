@@ -193,6 +193,9 @@ FUZZTIME ?= 10s
 FUZZ_TARGETS := deployapi:FuzzDecodeGrant deployapi:FuzzDecodeRenew deployclient:FuzzDecodeAnswer
 
 TEST_TIMES ?= $(ROOT)/bin/test-times.json
+# E2E_PARALLEL: how many of the e2e tests that wait (all but the two that
+# compare latencies, which run first and alone) run at once (e2e/doc.go).
+E2E_PARALLEL ?= 3
 TESTREPORT := $(ROOT)/bin/testreport -slowest 20 -out $(TEST_TIMES)
 
 .PHONY: test
@@ -205,7 +208,7 @@ test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) $(THIRD_PARTY_CR
 	@rm -f $(TEST_TIMES)
 	$(GO) build -o $(ROOT)/bin/testreport ./hack/testreport
 	$(TESTREPORT) -- $(GO) test -json -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/e2e$$')
-	$(TESTREPORT) -- $(GO) test -json -race -count=1 -timeout 30m ./e2e
+	$(TESTREPORT) -- $(GO) test -json -race -count=1 -timeout 30m -parallel $(E2E_PARALLEL) ./e2e
 	cd $(CLIENT_MOD) && $(TESTREPORT) -- $(GO) test -json -race -count=1 -timeout 10m ./...
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory bench BENCH_SMOKE=1 BENCH_OUT=$(ROOT)/bin/bench-smoke.json
@@ -218,7 +221,7 @@ SOAK_DURATION ?= 5m
 
 .PHONY: e2e
 e2e: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb ## Only the end-to-end and fault suite (./e2e/...: the binaries, real MariaDB, faults, the soak); make test runs it too.
-	$(GO) test -race -count=1 -timeout 30m ./e2e/... -v
+	$(GO) test -race -count=1 -timeout 30m -parallel $(E2E_PARALLEL) ./e2e/... -v
 
 # make bench: the load generator of ./bench against a real control plane,
 # in one run: the floor (raw GET database + GET group + PUT Lease), the

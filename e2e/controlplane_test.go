@@ -98,6 +98,7 @@ func expectOneHolder(t *testing.T, c *tlsClient, api string) {
 // has exactly one holder afterwards, and an operation revoked before the
 // restart is still revoked.
 func TestEtcdRestartUnderRenewals(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	p, cfg := upPlayground(t)
 	c := deployClient(t, p)
 	api := groupAPI(cfg.TLSAddr)
@@ -130,6 +131,7 @@ func TestEtcdRestartUnderRenewals(t *testing.T) {
 // history stays linearizable (no success that was not persisted), nothing is
 // lost (an earlier revocation stands), and service resumes by itself.
 func TestAPIServerOutage(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	p, cfg := upPlayground(t)
 	c := deployClient(t, p)
 	api := groupAPI(cfg.TLSAddr)

@@ -27,6 +27,7 @@ import (
 // and exits 4 (before its DDL boundary), and the failover completes with
 // never two writable sites.
 func TestTheDeferralBudgetEndsAHoldThatNeverLetsGo(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	p, cfg := upPlayground(t)
 	admin, key, g := bootstrapped(t, p)
 	ctx := context.Background()

@@ -112,6 +112,7 @@ func (c *tlsClient) doJSON(method, url string, body any, headers ...string) (int
 // the leader stops, the follower takes over and every lease and tombstone
 // the first one wrote is still in force.
 func TestDeployAPIOverTLSAcrossLeaderChange(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	ctx := context.Background()
 	p, cfg := upPlayground(t)
 	c := deployClient(t, p)

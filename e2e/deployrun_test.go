@@ -35,6 +35,7 @@ import (
 // (lost-after-ddl, revoked from generation 1 to 2) and the third
 // (succeeded); the refused second left none.
 func TestEmergencyFailoverDuringDeployRun(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	p, cfg := upPlayground(t)
 	admin, key, g := bootstrappedWithBudget(t, p, 5)
 	probe := siteObserver(t)

@@ -50,6 +50,7 @@ const deposedSampleInterval = 10 * time.Millisecond
 // answers nothing. Without the leadership check and the conditional fence
 // row the resumed leader fences iad, opens pdx and resets its replication.
 func TestADeposedLeaderPausedMidPromotionNeverOpensASite(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	var proxies [2]*faultproxy.Proxy
 	var webhooks *forwarder
 	p, cfg := e2etest.PlaygroundWith(t, func(cfg *devenv.Config) {

@@ -67,9 +67,19 @@
 //     `make soak`: every run succeeds, no 5xx, no refused renewal, the
 //     operator's heap stays flat (skipped with -short).
 //
+// Phases: the two tests that compare latencies (the hostile tenant's and
+// the authorized flood's, each a victim's quiet p99 against its p99 under
+// attack, in the same run) are sequential: Go runs them first, alone. Every
+// other test calls t.Parallel() first and runs after them, E2E_PARALLEL
+// (3, the Makefile's -parallel) at a time: they wait on timers (ttls,
+// detection budgets, the leader-election lease) far more than they compute,
+// and each has its own playground, so they share nothing but the CPUs. A
+// time bound of theirs is a budget plus a margin, never a ratio.
+//
 // Guarantees: free loopback ports and a temporary state directory per test,
-// so they run beside a developer's own `make dev`; a test binary that
-// panics takes its control plane, sites and operators with it.
+// so they run beside a developer's own `make dev` and beside each other; a
+// test binary that panics takes its control plane, sites and operators
+// with it.
 //
 // Not covered: a real network partition between the operator and the
 // sites (the sites run on loopback; the fault proxies simulate one between

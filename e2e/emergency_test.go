@@ -20,6 +20,7 @@ import (
 // emergency promotion by the operator; the returning old primary is fenced
 // read-only, then re-pointed at the new primary.
 func TestEmergencyFailoverOfRealMariaDB(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	ctx := context.Background()
 	p, _ := upPlayground(t)
 	admin, key, g := bootstrappedWithBudget(t, p, 5)

@@ -33,6 +33,7 @@ import (
 // Each gate is opened again with the schema-verified annotation, once
 // through `kubectl bloodraven verify`.
 func TestTheGateClosesHoweverARunEndsPastItsDDLBoundary(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	p, cfg := upPlayground(t)
 	ctx := context.Background()
 	admin, err := client.New(p.AdminConfig, client.Options{Scheme: bloodravenscheme.New()})
@@ -158,6 +159,7 @@ func TestTheGateClosesHoweverARunEndsPastItsDDLBoundary(t *testing.T) {
 // gates the instance, and its DeployRun says succeeded, revoked by the move
 // from generation 1 to 2.
 func TestARunConfirmedJustBeforeAMoveIsNotGated(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	p, cfg := upPlayground(t)
 	admin, key, g := bootstrappedWithBudget(t, p, 5)
 	probe := siteObserver(t)

@@ -75,6 +75,7 @@ func hostileRequests() []hostileRequest {
 // changes, and the operator's goroutines and file descriptors come back to
 // their count before the table.
 func TestHostileInputOverTheWire(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	p, cfg := upPlayground(t)
 	c := deployClient(t, p)
 	admin, err := client.New(p.AdminConfig, client.Options{Scheme: bloodravenscheme.New()})

@@ -41,6 +41,7 @@ func kubectlBloodraven(t *testing.T, p *devenv.Playground) func(args ...string) 
 // plugin on PATH, with the playground's kubeconfig and no deploy token.
 // Each answer is checked against the API.
 func TestKubectlBloodravenAgainstThePlayground(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	ctx := context.Background()
 	p, cfg := upPlayground(t)
 	admin, key, g := bootstrapped(t, p)

@@ -18,6 +18,7 @@ import (
 // dying operator as a Deployment would). Every lease and tombstone is still
 // in force on the new leader. The handover time is measured.
 func TestLeaderKilledFollowerTakesOver(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	ctx := context.Background()
 	p, cfg := upPlayground(t)
 	c := deployClient(t, p)

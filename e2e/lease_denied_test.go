@@ -16,6 +16,7 @@ import (
 // lease bookkeeping fails on every pass, and the emergency path does not
 // wait for it. The old lease is still fenced: its renewal answers 409.
 func TestEmergencyFailoverOfRealMariaDBWhileLeaseUpdatesAreDenied(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	ctx := context.Background()
 	p, cfg := upPlayground(t)
 	admin, key, g := bootstrappedWithBudget(t, p, 5)

@@ -29,6 +29,7 @@ const moveClient = 99
 // move is 409 revoked, never 200), a revoked operation is never granted
 // again, and never two holders.
 func TestMutexHistoryIsLinearizableAcrossMovesAndAPausedLeader(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	ctx := context.Background()
 	p, cfg := upPlayground(t)
 	admin, key, g := bootstrapped(t, p)

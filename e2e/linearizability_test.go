@@ -363,6 +363,7 @@ func disturbWhileContending(t *testing.T, p *devenv.Playground, cfg devenv.Confi
 // sequential model. Two holders, or a rotated-out token that still renews,
 // would not be.
 func TestMutexHistoryIsLinearizableAcrossALeaderKill(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	ctx := context.Background()
 	p, cfg := upPlayground(t)
 	disturbWhileContending(t, p, cfg, func() {

@@ -18,6 +18,7 @@ import (
 // the group lists exactly one migration holder, that operation, and its
 // release works.
 func TestOperatorKilledMidGrant(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	ctx := context.Background()
 	p, cfg := upPlayground(t)
 	c := deployClient(t, p)

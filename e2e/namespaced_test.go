@@ -26,6 +26,7 @@ import (
 // releases, and the lease guard is seen. `kubectl auth can-i` shows what it
 // no longer has: no Secret, no Lease, no group outside its namespaces.
 func TestTheNamespacedInstallServesThePlayground(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	rbac := chartRBAC(t, "--set", "watchNamespaces={"+devenv.PlaygroundNamespace+"}")
 	p, cfg := e2etest.PlaygroundWith(t, func(c *devenv.Config) {
 		c.WatchNamespaces = []string{devenv.PlaygroundNamespace}

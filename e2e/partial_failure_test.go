@@ -35,6 +35,7 @@ const probeInterval = 2 * time.Second
 // completes, and no sample from the request to the completion shows two
 // writable sites.
 func TestPlannedFailoverWaitsForAnUnreachablePrimary(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	for _, fault := range []string{"paused", "black-holed", "refused"} {
 		t.Run(fault, func(t *testing.T) {
 			r := requestUnderFault(t, fault, 600) // the emergency path stays out of the way
@@ -111,6 +112,7 @@ func TestPlannedFailoverWaitsForAnUnreachablePrimary(t *testing.T) {
 // few probe intervals, the returning iad is fenced within about one probe
 // interval, and the planned failover then completes as AlreadyActive.
 func TestEmergencyFailoverPromotesPastAPendingPlannedFailover(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	const budget = 5 * time.Second
 	for _, fault := range []string{"black-holed", "paused"} {
 		t.Run(fault, func(t *testing.T) {

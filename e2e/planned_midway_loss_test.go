@@ -46,6 +46,7 @@ const promotionDelay = 150 * time.Millisecond
 // sites. Without the fix the promotion is resumed and fails for the
 // promote timeout (2 min) while emergency failover waits.
 func TestAPlannedMoveThatLosesItsOldPrimaryMidwayFailsOverWithinBudget(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	ctx := context.Background()
 	p, proxies := faultPlayground(t)
 	admin, key, g := bootstrappedWithBudget(t, p, 5)

@@ -49,6 +49,7 @@ func buildOperator(t *testing.T, root string) string { return e2etest.BuildOpera
 // The playground is what `make dev` runs: this test brings it up on free
 // ports and checks what the README promises a user.
 func TestPlaygroundComesUpAsDocumented(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	root := testenv.RepoRoot()
 	ctx := context.Background()
 	cfg := devenv.Config{

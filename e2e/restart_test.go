@@ -21,6 +21,7 @@ import (
 // restarted leader still defers the failover until the hold's unrenewed TTL
 // runs out, and then the failover proceeds by itself.
 func TestHoldSurvivesAnOperatorCrash(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	ctx := context.Background()
 	p, cfg := upPlayground(t)
 	c := deployClient(t, p)

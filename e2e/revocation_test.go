@@ -25,6 +25,7 @@ import (
 // exactly once. At b60db83 the release answered 204 and wrote "released", and
 // the re-grant was 201 at the new generation.
 func TestALeaseEndingBetweenTheMoveAndItsBookkeepingIsRevoked(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	ctx := context.Background()
 	p, cfg := upPlayground(t)
 	admin, key, g := bootstrapped(t, p)

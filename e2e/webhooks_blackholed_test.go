@@ -24,6 +24,7 @@ import (
 // budget + 10 s: pdx answers read_only=0 (sampled every 100 ms) by then,
 // the fence is at generation 2, and no sample shows two writable sites.
 func TestEmergencyFailoverWhileTheWebhooksAreBlackHoled(t *testing.T) {
+	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	const budget = 5 * time.Second
 	ctx := context.Background()
 	var proxy *faultproxy.Proxy
