@@ -54,10 +54,10 @@ func revokeAnOperation(t *testing.T, p *devenv.Playground, c *tlsClient, api str
 // revoked (operator_revoked): nothing resurrected it.
 func (w revokedWitness) expectRevoked(t *testing.T, c *tlsClient, api string) {
 	t.Helper()
-	if st, body := c.call(http.MethodPost, api+"/leases", map[string]any{"kind": "migration", "operationId": w.op, "instance": devenv.DatabaseName}); st != http.StatusConflict || body["error"] != "revoked" || body["reason"] != "operator_revoked" {
+	if st, body := c.callPatiently(http.MethodPost, api+"/leases", map[string]any{"kind": "migration", "operationId": w.op, "instance": devenv.DatabaseName}); st != http.StatusConflict || body["error"] != "revoked" || body["reason"] != "operator_revoked" {
 		t.Fatalf("re-grant of the revoked %s: %d %v", w.op, st, body)
 	}
-	if st, body := c.call(http.MethodPut, api+"/leases/migration/"+w.op, map[string]any{"token": w.token}); st != http.StatusConflict || body["error"] != "revoked" {
+	if st, body := c.callPatiently(http.MethodPut, api+"/leases/migration/"+w.op, map[string]any{"token": w.token}); st != http.StatusConflict || body["error"] != "revoked" {
 		t.Fatalf("renewal of the revoked %s: %d %v", w.op, st, body)
 	}
 }
@@ -68,17 +68,17 @@ func (w revokedWitness) expectRevoked(t *testing.T, c *tlsClient, api string) {
 // lease again.
 func expectOneHolder(t *testing.T, c *tlsClient, api string) {
 	t.Helper()
-	st, body := c.call(http.MethodPost, api+"/leases", map[string]any{"kind": "migration", "operationId": "after", "instance": devenv.DatabaseName})
+	st, body := c.callPatiently(http.MethodPost, api+"/leases", map[string]any{"kind": "migration", "operationId": "after", "instance": devenv.DatabaseName})
 	if st != http.StatusCreated {
 		t.Fatalf("grant after the fault: %d %v", st, body)
 	}
 	token, _ := body["token"].(string)
-	st, body = c.call(http.MethodPost, api+"/leases", map[string]any{"kind": "migration", "operationId": "after-2", "instance": devenv.DatabaseName})
+	st, body = c.callPatiently(http.MethodPost, api+"/leases", map[string]any{"kind": "migration", "operationId": "after-2", "instance": devenv.DatabaseName})
 	holder, _ := body["holder"].(map[string]any)
 	if st != http.StatusConflict || body["error"] != "held" || holder["operationId"] != "after" {
 		t.Fatalf("a second operation after the fault: %d %v", st, body)
 	}
-	_, group := c.call(http.MethodGet, api, nil)
+	_, group := c.callPatiently(http.MethodGet, api, nil)
 	var migrations []string
 	for _, l := range group["leases"].([]any) {
 		if m := l.(map[string]any); m["kind"] == "migration" {
@@ -88,7 +88,7 @@ func expectOneHolder(t *testing.T, c *tlsClient, api string) {
 	if len(migrations) != 1 || migrations[0] != "after" {
 		t.Fatalf("migration leases listed after the fault: %v, want [after]", migrations)
 	}
-	if st, body := c.call(http.MethodDelete, api+"/leases/migration/after", nil, "X-Lease-Token", token); st != http.StatusNoContent {
+	if st, body := c.callPatiently(http.MethodDelete, api+"/leases/migration/after", nil, "X-Lease-Token", token); st != http.StatusNoContent {
 		t.Fatalf("release after the fault: %d %v", st, body)
 	}
 }

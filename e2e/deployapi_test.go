@@ -74,6 +74,23 @@ func startFollower(t *testing.T, p *devenv.Playground, cfg devenv.Config, c *tls
 	return op, l
 }
 
+// callPatiently is call, retried while the answer is 429 rate_limited, after
+// its retryAfterSeconds, for up to 15 s: what a pipeline does. A test that
+// checks state after its own clients have spent the identity's fair share
+// (they share one ServiceAccount) uses it.
+func (c *tlsClient) callPatiently(method, url string, body any, headers ...string) (int, map[string]any) {
+	c.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, out := c.call(method, url, body, headers...)
+		if st != http.StatusTooManyRequests || time.Now().After(deadline) {
+			return st, out
+		}
+		wait, _ := out["retryAfterSeconds"].(float64)
+		time.Sleep(time.Duration(max(wait, 0.1) * float64(time.Second)))
+	}
+}
+
 func (c *tlsClient) call(method, url string, body any, headers ...string) (int, map[string]any) {
 	c.t.Helper()
 	st, out, err := c.do(method, url, body, headers...)
