@@ -16,7 +16,7 @@ import (
 	"github.com/shipstream/bloodraven/deployclient"
 )
 
-// Exit codes of `bloodraven deploy run` (also in the README and
+// Exit codes of `bloodraven deploy run` (also in docs/pipeline-client.md and
 // docs/api.md). They are distinct so a pipeline (a Job's podFailurePolicy)
 // can branch on them: retry on 3 only.
 const (
