@@ -1,6 +1,6 @@
 // Command testreport runs `go test -json ...` and prints what plain
 // `go test` prints (a line per package, the output of failed tests only),
-// then the slowest tests and packages of the run; -out writes every
+// then the slowest tests and packages of the run and its wall time; -out writes every
 // timing as JSON. It exits with the command's status, so a failed test
 // fails the caller.
 //
@@ -53,6 +53,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "testreport:", err)
 		os.Exit(2)
 	}
+	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "testreport:", err)
 		os.Exit(2)
@@ -66,6 +67,8 @@ func main() {
 		}
 	}
 	printSlowest(os.Stdout, timings, *slowest)
+	// The whole command, its builds included: the phase's share of a run.
+	fmt.Printf("\nthis go test took %.0f s (wall, builds included)\n", time.Since(start).Seconds())
 	if *out != "" {
 		if err := appendJSON(*out, timings); err != nil {
 			fmt.Fprintln(os.Stderr, "testreport:", err)
