@@ -231,6 +231,20 @@ SOAK_DURATION ?= 5m
 e2e: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb ## Only the end-to-end and fault suite (./e2e/...: the binaries, real MariaDB, faults, the soak); make test runs it too.
 	$(GO) test -race -count=1 -timeout 30m -parallel $(E2E_PARALLEL) ./e2e/... -v
 
+# The e2e package exactly as make test runs it, E2E_RUNS times in a row,
+# stopping at the first failure: how a change to it is shown flake-free.
+E2E_RUNS ?= 10
+
+.PHONY: e2e-repeat
+e2e-repeat: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb ## The e2e package as make test runs it, E2E_RUNS (10) times in a row; stops at the first failure.
+	$(GO) build -o $(ROOT)/bin/testreport ./hack/testreport
+	@for i in $$(seq 1 $(E2E_RUNS)); do \
+		start=$$(date +%s); \
+		$(ROOT)/bin/testreport -slowest 5 -- $(GO) test -json -race -count=1 -timeout 30m -parallel $(E2E_PARALLEL) ./e2e \
+			|| { echo "e2e-repeat: run $$i of $(E2E_RUNS) FAILED after $$(( $$(date +%s) - start )) s"; exit 1; }; \
+		echo "e2e-repeat: run $$i of $(E2E_RUNS) passed in $$(( $$(date +%s) - start )) s"; \
+	done
+
 # make bench: the load generator of ./bench against a real control plane,
 # in one run: the floor (raw GET database + GET group + PUT Lease), the
 # product's renewals over HTTPS, and client-go's leaderelection LeaseLock,
