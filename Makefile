@@ -205,6 +205,8 @@ TEST_TIMES ?= $(ROOT)/bin/test-times.json
 # compare latencies, which run first and alone) run at once (e2e/doc.go).
 E2E_PARALLEL ?= 3
 TESTREPORT := $(ROOT)/bin/testreport -slowest 20 -out $(TEST_TIMES)
+# The e2e package as make test runs it (make e2e-repeat runs the same).
+E2E_GO_TEST = $(GO) test -json -race -count=1 -timeout 30m -parallel $(E2E_PARALLEL) ./e2e
 
 .PHONY: test
 test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) $(THIRD_PARTY_CRDS) mariadb lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, a short fuzz run of the decoders, then a smoke run of the benchmark (make bench gives its tables).
@@ -216,7 +218,7 @@ test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) $(THIRD_PARTY_CR
 	@rm -f $(TEST_TIMES)
 	$(GO) build -o $(ROOT)/bin/testreport ./hack/testreport
 	$(TESTREPORT) -- $(GO) test -json -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/e2e$$')
-	$(TESTREPORT) -- $(GO) test -json -race -count=1 -timeout 30m -parallel $(E2E_PARALLEL) ./e2e
+	$(TESTREPORT) -- $(E2E_GO_TEST)
 	cd $(CLIENT_MOD) && $(TESTREPORT) -- $(GO) test -json -race -count=1 -timeout 10m ./...
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory bench BENCH_SMOKE=1 BENCH_OUT=$(ROOT)/bin/bench-smoke.json
@@ -240,7 +242,7 @@ e2e-repeat: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb ## The e2e package as m
 	$(GO) build -o $(ROOT)/bin/testreport ./hack/testreport
 	@for i in $$(seq 1 $(E2E_RUNS)); do \
 		start=$$(date +%s); \
-		$(ROOT)/bin/testreport -slowest 5 -- $(GO) test -json -race -count=1 -timeout 30m -parallel $(E2E_PARALLEL) ./e2e \
+		$(ROOT)/bin/testreport -slowest 5 -- $(E2E_GO_TEST) \
 			|| { echo "e2e-repeat: run $$i of $(E2E_RUNS) FAILED after $$(( $$(date +%s) - start )) s"; exit 1; }; \
 		echo "e2e-repeat: run $$i of $(E2E_RUNS) passed in $$(( $$(date +%s) - start )) s"; \
 	done

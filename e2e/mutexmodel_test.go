@@ -129,7 +129,7 @@ var mutexModel = newMutexModel(1)
 // The model itself: it accepts what the contract allows and rejects two
 // holders and a rotated-out token that still renews.
 func TestMutexModel(t *testing.T) {
-	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
+	t.Parallel() // a pure check of the model: it needs no machine of its own (e2e/doc.go, "Phases")
 	op := func(client int, call, ret int64, in mutexInput, out mutexOutput) porcupine.Operation {
 		return porcupine.Operation{ClientId: client, Call: call, Return: ret, Input: in, Output: out}
 	}

@@ -1,8 +1,8 @@
 // Command testreport runs `go test -json ...` and prints what plain
 // `go test` prints (a line per package, the output of failed tests only),
-// then the slowest tests and packages of the run and its wall time; -out writes every
-// timing as JSON. It exits with the command's status, so a failed test
-// fails the caller.
+// then the slowest tests and packages of the run and its wall time; -out
+// writes every timing as JSON. It exits with the command's status, so a
+// failed test fails the caller.
 //
 //	go run ./hack/testreport -slowest 20 -out bin/test-times.json -- go test -json -race ./...
 package main
