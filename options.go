@@ -124,7 +124,8 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 	fs.StringVar(&o.deployAudience, "deploy-audience", envStr(envDeployAudience, "bloodraven-deploy"), "Token audience required of deployment API callers (env "+envDeployAudience+").")
 	fs.Float64Var(&o.deployFairShare.Rate, "deploy-api-rate-per-identity", deployapi.DefaultRatePerIdentity, "Deployment API requests per second one caller identity (ServiceAccount) may send; past it (and its burst) 429 rate_limited.")
 	fs.IntVar(&o.deployFairShare.Burst, "deploy-api-burst-per-identity", deployapi.DefaultBurstPerIdentity, "Burst of --deploy-api-rate-per-identity.")
-	fs.IntVar(&o.deployFairShare.InFlight, "deploy-api-inflight-per-identity", deployapi.DefaultInFlightPerIdentity, "Deployment API requests of one caller identity answered at once; past it 429 rate_limited. Also its API-server reads in flight.")
+	fs.IntVar(&o.deployFairShare.InFlight, "deploy-api-inflight-per-identity", deployapi.DefaultInFlightPerIdentity, "Deployment API requests of one caller identity answered at once; past it 429 rate_limited.")
+	fs.IntVar(&o.deployFairShare.Reads, "deploy-api-reads-per-identity", deployapi.DefaultReadsPerIdentity, "Authorization reads of the API server one caller identity has in flight at once; more wait in their request.")
 	fs.IntVar(&o.deployFairShare.HeldGets, "deploy-api-held-gets-per-identity", deployapi.DefaultHeldGetsPerIdentity, "Lease GETs with Prefer: wait one caller identity may have held at once; past it they are answered at once.")
 	fs.StringVar(&o.operatorIdentity, "operator-identity", envStr(envOperatorSA, ""), "The operator's own user name (system:serviceaccount:<ns>:<name>), allowed by the webhooks to write the fence (env "+envOperatorSA+").")
 	fs.Float64Var(&o.kubeQPS, "kube-api-qps", 500, "Client-side QPS limit towards the API server; must allow a few hundred deployment renewals per second.")
@@ -195,8 +196,8 @@ func (o options) validate() error {
 	if o.deployAudience == "" {
 		return fmt.Errorf("--deploy-audience must not be empty")
 	}
-	if f := o.deployFairShare; f.Rate <= 0 || f.Burst < 1 || f.InFlight < 1 || f.HeldGets < 1 {
-		return fmt.Errorf("--deploy-api-rate-per-identity must be above 0, and --deploy-api-burst-per-identity, --deploy-api-inflight-per-identity and --deploy-api-held-gets-per-identity at least 1")
+	if f := o.deployFairShare; f.Rate <= 0 || f.Burst < 1 || f.InFlight < 1 || f.HeldGets < 1 || f.Reads < 1 {
+		return fmt.Errorf("--deploy-api-rate-per-identity must be above 0, and --deploy-api-burst-per-identity, --deploy-api-inflight-per-identity, --deploy-api-held-gets-per-identity and --deploy-api-reads-per-identity at least 1")
 	}
 	if o.kubeQPS < 100 {
 		return fmt.Errorf("--kube-api-qps=%v is too low: the deployment API needs at least 100", o.kubeQPS)

@@ -49,15 +49,15 @@ func TestParseOptions(t *testing.T) {
 		},
 		"the deployment API's fair share defaults to what no pipeline reaches, and is set by flags": {
 			check: func(t *testing.T, o options) {
-				if f := o.deployFairShare; f.Rate != 50 || f.Burst != 100 || f.InFlight != 16 || f.HeldGets != 64 {
+				if f := o.deployFairShare; f.Rate != 50 || f.Burst != 100 || f.InFlight != 16 || f.HeldGets != 64 || f.Reads != 4 {
 					t.Errorf("fair share defaults = %+v", f)
 				}
 			},
 		},
 		"fair share flags": {
-			args: []string{"--deploy-api-rate-per-identity=2.5", "--deploy-api-burst-per-identity=5", "--deploy-api-inflight-per-identity=3", "--deploy-api-held-gets-per-identity=1"},
+			args: []string{"--deploy-api-rate-per-identity=2.5", "--deploy-api-burst-per-identity=5", "--deploy-api-inflight-per-identity=3", "--deploy-api-held-gets-per-identity=1", "--deploy-api-reads-per-identity=2"},
 			check: func(t *testing.T, o options) {
-				if f := o.deployFairShare; f.Rate != 2.5 || f.Burst != 5 || f.InFlight != 3 || f.HeldGets != 1 {
+				if f := o.deployFairShare; f.Rate != 2.5 || f.Burst != 5 || f.InFlight != 3 || f.HeldGets != 1 || f.Reads != 2 {
 					t.Errorf("fair share = %+v", f)
 				}
 			},
@@ -65,6 +65,10 @@ func TestParseOptions(t *testing.T) {
 		"a zero fair share limit is refused": {
 			args:    []string{"--deploy-api-inflight-per-identity=0"},
 			wantErr: "--deploy-api-inflight-per-identity",
+		},
+		"zero read slots are refused": {
+			args:    []string{"--deploy-api-reads-per-identity=0"},
+			wantErr: "--deploy-api-reads-per-identity",
 		},
 		"the private -v flag is gone": {args: []string{"-v=2"}, wantErr: "flag provided but not defined: -v"},
 		"a flag wins over its env variable": {

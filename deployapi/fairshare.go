@@ -30,10 +30,12 @@ import (
 //     instead. A lease GET past the cap is answered at once, as a GET without
 //     Prefer: wait is (RFC 7240 lets a server ignore a preference): the
 //     lease's state, never a 429, so a watching pipeline loses nothing.
-//   - the authorization reads of the API server: at most FairShare.InFlight
+//   - the authorization reads of the API server: at most FairShare.Reads
 //     of the identity's uncached reads are in flight at once. An identity
 //     that floods waits on its own reads, not on the client every identity
-//     shares, and its rate caps the reads it can cause per second.
+//     shares; its rate caps the reads it can cause per second, and Reads
+//     caps how many of them the API server has queued at once, which is
+//     what another tenant's renewal waits behind.
 //
 // Past the rate or the in-flight number the answer is
 // 429 {"error":"rate_limited","retryAfterSeconds":N} with Retry-After: N,
@@ -63,6 +65,10 @@ type FairShare struct {
 	// (default DefaultHeldGetsPerIdentity); past it a lease GET is answered
 	// at once.
 	HeldGets int
+	// Reads is how many authorization reads of one identity the API
+	// server is answering at once (default DefaultReadsPerIdentity); more
+	// wait in the request, which stays in flight.
+	Reads int
 }
 
 // Defaults of the fair share. A pipeline renews each lease every ttl/3 (at
@@ -74,11 +80,20 @@ type FairShare struct {
 // ttl send 24 requests per second and hold 40 GETs. The defaults leave room
 // for that and their retries, and still stop a flood at 50 requests per
 // second: 100 authorization reads, a fifth of --kube-api-qps.
+//
+// A request makes its two reads (the group and a database) at once, and
+// each takes about a millisecond: those 24 requests per second keep under
+// one read in flight on average, and 4 read slots let two requests of the
+// identity read at once without waiting. A flood gets no more than those 4
+// reads queued in the API server ahead of another tenant's renewal; with
+// the in-flight number (16) as the cap, a burst at the start of a flood
+// queued 16 and raised the other tenant's slowest renewals 2x (issue 36).
 const (
 	DefaultRatePerIdentity     = 50
 	DefaultBurstPerIdentity    = 100
 	DefaultInFlightPerIdentity = 16
 	DefaultHeldGetsPerIdentity = 64
+	DefaultReadsPerIdentity    = 4
 )
 
 // maxIdentities bounds the shares kept (least recently used evicted).
@@ -115,6 +130,9 @@ func (f FairShare) withDefaults() FairShare {
 	if f.HeldGets <= 0 {
 		f.HeldGets = DefaultHeldGetsPerIdentity
 	}
+	if f.Reads <= 0 {
+		f.Reads = DefaultReadsPerIdentity
+	}
 	return f
 }
 
@@ -144,7 +162,7 @@ func (f *fairShare) of(id Identity) *share {
 	if v, ok := f.shares.Get(id); ok {
 		return v.(*share)
 	}
-	sh := &share{bucket: rate.NewLimiter(rate.Limit(f.limits.Rate), f.limits.Burst), reads: make(chan struct{}, f.limits.InFlight)}
+	sh := &share{bucket: rate.NewLimiter(rate.Limit(f.limits.Rate), f.limits.Burst), reads: make(chan struct{}, f.limits.Reads)}
 	f.shares.Add(id, sh)
 	return sh
 }

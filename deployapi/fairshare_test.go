@@ -156,7 +156,7 @@ func TestInFlightPerIdentity(t *testing.T) {
 	f := newFixture(t)
 	other := f.addClient()
 	gate := &gatedReader{Reader: env.Client, n: 2, open: make(chan struct{})}
-	s := f.fairServer(FairShare{InFlight: 2}, gate)
+	s := f.fairServer(FairShare{InFlight: 2, Reads: 2}, gate)
 	id := Identity{Namespace: f.clientNS, ServiceAccount: "deploy"}
 
 	var wg sync.WaitGroup
@@ -196,6 +196,51 @@ func TestInFlightPerIdentity(t *testing.T) {
 	}
 	if text := gatherText(t, f.reg); !strings.Contains(text, `bloodraven_deploy_api_rate_limited_total{handler="get_group",limit="in_flight"} 1`) {
 		t.Errorf("metrics lack the in-flight 429:\n%s", grepLines(text, "rate_limited"))
+	}
+}
+
+// An identity's requests in flight share Reads read slots, fewer than the
+// requests it may have in flight: past them its reads wait in the request,
+// so a burst of one identity has at most Reads reads queued in the API
+// server ahead of another identity's (issue 36: with the in-flight number
+// as the cap, a flood's bursts doubled another tenant's slowest renewals).
+func TestReadsPerIdentity(t *testing.T) {
+	f := newFixture(t)
+	other := f.addClient()
+	const reads, requests = 3, 4
+	gate := &gatedReader{Reader: env.Client, n: reads, open: make(chan struct{})}
+	s := f.fairServer(FairShare{InFlight: 8, Reads: reads}, gate)
+	id := Identity{Namespace: f.clientNS, ServiceAccount: "deploy"}
+
+	var wg sync.WaitGroup
+	answers := make([]response, requests)
+	for i := range answers {
+		wg.Add(1)
+		go func() { defer wg.Done(); answers[i] = f.do(http.MethodGet, groupPath, f.token, nil) }()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.fair.of(id).inFlight.Load() < requests || gate.entered.Load() < reads {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests in flight, %d reads entered", s.fair.of(id).inFlight.Load(), gate.entered.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The other identity is answered while the first one's slots hang: its
+	// reads pass the gate (entered counts them too), the first one's
+	// waiting reads do not.
+	time.Sleep(50 * time.Millisecond) // room for a read past the slots to show
+	if n := gate.entered.Load(); n != reads {
+		t.Fatalf("%d reads entered with %d requests in flight and %d read slots", n, requests, reads)
+	}
+	if r := f.do(http.MethodGet, groupPath, other, nil); r.status != http.StatusOK {
+		t.Fatalf("another identity while the first has its read slots taken: %d %s", r.status, r.raw)
+	}
+	close(gate.open)
+	wg.Wait()
+	for i, r := range answers {
+		if r.status != http.StatusOK {
+			t.Fatalf("request %d: %d %s", i, r.status, r.raw)
+		}
 	}
 }
 
@@ -292,7 +337,7 @@ func TestFairShareStateIsBounded(t *testing.T) {
 		t.Fatalf("%d shares kept, want %d", n, maxIdentities)
 	}
 	if fs.limits != (FairShare{Rate: DefaultRatePerIdentity, Burst: DefaultBurstPerIdentity,
-		InFlight: DefaultInFlightPerIdentity, HeldGets: DefaultHeldGetsPerIdentity}) {
+		InFlight: DefaultInFlightPerIdentity, HeldGets: DefaultHeldGetsPerIdentity, Reads: DefaultReadsPerIdentity}) {
 		t.Fatalf("defaults: %+v", fs.limits)
 	}
 }

@@ -365,7 +365,11 @@ func (a *attacker) startJunk(t *testing.T, rate int, d time.Duration) *flood {
 		t.Fatalf("build junkflood: %v\n%s", err, b)
 	}
 	claims, _ := json.Marshal(a.claims)
-	cmd := exec.Command(bin, "-url", "https://"+a.addr+"/deploy/v1/groups/"+devenv.GroupName, "-ca", a.p.Paths.CACert,
+	// On a real cluster the attacker's CPU is not the operator's: here both
+	// share two cores, so the flood runs under SCHED_IDLE (every thread: chrt
+	// sets it before the exec, see startAuthorizedFlood), and the operator
+	// pays for answering it, not for generating it.
+	cmd := exec.Command("chrt", "--idle", "0", bin, "-url", "https://"+a.addr+"/deploy/v1/groups/"+devenv.GroupName, "-ca", a.p.Paths.CACert,
 		"-rate", strconv.Itoa(rate), "-duration", d.String(), "-claims", string(claims))
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -373,12 +377,6 @@ func (a *attacker) startJunk(t *testing.T, rate int, d time.Duration) *flood {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	// On a real cluster the attacker's CPU is not the operator's: here both
-	// share two cores, so the flood runs at a lower priority, and the
-	// operator pays for answering it, not for generating it.
-	if err := syscall.Setpriority(syscall.PRIO_PROCESS, cmd.Process.Pid, 10); err != nil {
-		t.Fatalf("renice the flood: %v", err)
-	}
 	f := &flood{cmd: cmd, done: make(chan floodStats, 1), exited: make(chan struct{})}
 	go func() {
 		var st floodStats
@@ -405,6 +403,17 @@ func (ws windows) contains(t time.Time) bool {
 		}
 	}
 	return false
+}
+
+// into is how long after the start of its window t is; false when t is in
+// none.
+func (ws windows) into(t time.Time) (time.Duration, bool) {
+	for _, w := range ws {
+		if !t.Before(w.from) && t.Before(w.to) {
+			return t.Sub(w.from), true
+		}
+	}
+	return 0, false
 }
 
 func (ws windows) end() time.Time {
@@ -625,4 +634,25 @@ func (m *meter) finish(t *testing.T, stalls *e2etest.StallWatch) {
 	if len(m.failures) > 0 {
 		t.Errorf("%d of the meter's %d renewals failed, first: %s", len(m.failures), m.renewals, m.failures[0])
 	}
+}
+
+// slowestInto formats the n slowest renewals inside ws, each with how far
+// into its window it was sent: whether a flood costs most as it starts.
+func slowestInto(rs []renewal, ws windows, n int) string {
+	type at struct {
+		ms   float64
+		into time.Duration
+	}
+	var in []at
+	for _, r := range rs {
+		if d, ok := ws.into(r.at); ok {
+			in = append(in, at{r.ms, d})
+		}
+	}
+	sort.Slice(in, func(i, j int) bool { return in[i].ms > in[j].ms })
+	parts := make([]string, 0, n)
+	for _, a := range in[:min(n, len(in))] {
+		parts = append(parts, fmt.Sprintf("%.1f ms at +%.2f s", a.ms, a.into.Seconds()))
+	}
+	return strings.Join(parts, ", ")
 }
