@@ -85,9 +85,8 @@ type FairShare struct {
 // each takes about a millisecond: those 24 requests per second keep under
 // one read in flight on average, and 4 read slots let two requests of the
 // identity read at once without waiting. A flood gets no more than those 4
-// reads queued in the API server ahead of another tenant's renewal; with
-// the in-flight number (16) as the cap, a burst at the start of a flood
-// queued 16 and raised the other tenant's slowest renewals 2x (issue 36).
+// reads queued in the API server ahead of another tenant's renewal (the
+// in-flight number, 16, was the cap before).
 const (
 	DefaultRatePerIdentity     = 50
 	DefaultBurstPerIdentity    = 100

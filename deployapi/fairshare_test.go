@@ -202,8 +202,8 @@ func TestInFlightPerIdentity(t *testing.T) {
 // An identity's requests in flight share Reads read slots, fewer than the
 // requests it may have in flight: past them its reads wait in the request,
 // so a burst of one identity has at most Reads reads queued in the API
-// server ahead of another identity's (issue 36: with the in-flight number
-// as the cap, a flood's bursts doubled another tenant's slowest renewals).
+// server ahead of another identity's. (The slots were once the in-flight
+// number; this test fails with them at it.)
 func TestReadsPerIdentity(t *testing.T) {
 	f := newFixture(t)
 	other := f.addClient()

@@ -69,7 +69,11 @@
 //
 // Phases: the two tests that compare latencies (the hostile tenant's and
 // the authorized flood's, each a victim's quiet p99 against its p99 under
-// attack, in the same run) are sequential: Go runs them first, alone. Every
+// attack, in the same run) are sequential: Go runs them first, alone, and
+// their floods run under SCHED_IDLE (chrt before the exec, so every thread
+// of the flood has it), so the victim's latency measures what the operator
+// pays to answer a flood, not the flood's own TLS work on the same two
+// cores (on a cluster the attacker's CPU is not the operator's). Every
 // other test calls t.Parallel() first and runs after them, E2E_PARALLEL
 // (3, the Makefile's -parallel) at a time: they wait on timers (ttls,
 // detection budgets, the leader-election lease) far more than they compute,
