@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -324,6 +325,9 @@ func (r *mutexRun) finish(t *testing.T, bound effectBound) {
 		for _, l := range aroundMoves(r.h.ops, 1500*time.Millisecond) {
 			t.Log(l)
 		}
+		for _, l := range stuckAt(r.h.ops, info) {
+			t.Log(l)
+		}
 		t.Fatalf("history of %d operations: %s (visualization: %s); answers: %v", len(r.h.ops), res, out, r.h.answers)
 	}
 	t.Logf("%d operations by %d clients are linearizable (checked in %v); answers: %v",
@@ -380,6 +384,58 @@ func TestMutexHistoryIsLinearizableAcrossALeaderKill(t *testing.T) {
 		}
 		t.Logf("a leader again %v after the SIGKILL", time.Since(killed).Round(time.Millisecond))
 	}, nil)
+}
+
+// stuckAt describes where the checker got stuck: the last operations of
+// the longest partial linearization it found, then the operations (held
+// answers too) called earliest among those it could not place after them,
+// with times in milliseconds from the last placed operation's call.
+func stuckAt(ops []porcupine.Operation, info porcupine.LinearizationInfo) []string {
+	var longest []porcupine.Operation
+	for _, partition := range info.PartialLinearizationsOperations() {
+		for _, lin := range partition {
+			if len(lin) > len(longest) {
+				longest = lin
+			}
+		}
+	}
+	if len(longest) == 0 {
+		return []string{"no partial linearization"}
+	}
+	placed := make(map[[2]int64]bool, len(longest))
+	key := func(o porcupine.Operation) [2]int64 { return [2]int64{int64(o.ClientId), o.Call} }
+	for _, o := range longest {
+		placed[key(o)] = true
+	}
+	zero := longest[len(longest)-1].Call
+	line := func(o porcupine.Operation) string {
+		in, out := o.Input.(mutexInput), o.Output.(mutexOutput)
+		tok := func(s string) string {
+			if len(s) > 6 {
+				return s[:6]
+			}
+			return s
+		}
+		return fmt.Sprintf("  client %d %s(%s, token %s) [%+d, %+d] ms -> %s token %s holder %q gen %d status %d",
+			o.ClientId, in.verb, in.op, tok(in.token), (o.Call-zero)/1e6, (o.Return-zero)/1e6,
+			out.outcome, tok(out.token), out.holder, out.gen, out.status)
+	}
+	lines := []string{fmt.Sprintf("the longest partial linearization places %d of %d operations; its last ones:", len(longest), len(ops))}
+	for _, o := range longest[max(0, len(longest)-12):] {
+		lines = append(lines, line(o))
+	}
+	var rest []porcupine.Operation
+	for _, o := range ops {
+		if !placed[key(o)] {
+			rest = append(rest, o)
+		}
+	}
+	sort.Slice(rest, func(i, j int) bool { return rest[i].Call < rest[j].Call })
+	lines = append(lines, "the first operations it could not place after them:")
+	for _, o := range rest[:min(12, len(rest))] {
+		lines = append(lines, line(o))
+	}
+	return lines
 }
 
 // aroundMoves describes, for each move of a history, the operations other

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -221,5 +222,25 @@ func TestMutexModel(t *testing.T) {
 				t.Fatalf("linearizable = %v, want %v", got, tc.legal)
 			}
 		})
+	}
+}
+
+// An illegal history's diagnosis names the operation the checker could not
+// place: what the CI log keeps when the visualization is lost.
+func TestStuckAtNamesTheOperationThatCannotBePlaced(t *testing.T) {
+	t.Parallel() // a pure check (e2e/doc.go, "Phases")
+	ops := []porcupine.Operation{
+		{ClientId: 0, Call: 0, Return: 1e6, Input: mutexInput{verb: "grant", op: "a"}, Output: mutexOutput{outcome: "ok", token: "t1"}},
+		{ClientId: moveClient, Call: 2e6, Return: 3e6, Input: mutexInput{verb: "move"}, Output: mutexOutput{outcome: "ok", gen: 2}},
+		{ClientId: 1, Call: 4e6, Return: 5e6, Input: mutexInput{verb: "grant", op: "b"}, Output: mutexOutput{outcome: "held", holder: "a"}},
+	}
+	res, info := porcupine.CheckOperationsVerbose(mutexModel, ops, time.Minute)
+	if res != porcupine.Illegal {
+		t.Fatalf("result %v, want Illegal", res)
+	}
+	got := strings.Join(stuckAt(ops, info), "\n")
+	placed, unplaced, ok := strings.Cut(got, "could not place")
+	if !ok || !strings.Contains(unplaced, `grant(b, token ) [+2, +3] ms -> held token  holder "a"`) || strings.Contains(placed, "grant(b") {
+		t.Fatalf("diagnosis:\n%s", got)
 	}
 }
