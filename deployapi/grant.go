@@ -50,8 +50,9 @@ type grantJSON struct {
 }
 
 // grant decides on the cached mutex (and hold) and writes with their
-// resourceVersion; a refusal is confirmed on fresh reads first. The
-// tombstone is always read fresh: tombstones are not cached.
+// resourceVersion; a refusal is confirmed on fresh reads first: the leases,
+// then the group. The tombstone is always read fresh: tombstones are not
+// cached.
 func (s *Server) grant(r *http.Request, c *call, g *v1.MysqlFailoverGroup) result {
 	ctx := r.Context()
 	if !g.DeletionTimestamp.IsZero() {
@@ -72,6 +73,21 @@ func (s *Server) grant(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 		if c.kind == leases.KindFailoverHold {
 			if target, err = s.leases.Get(ctx, g.Namespace, name, fresh); err != nil {
 				return err
+			}
+		}
+		if fresh {
+			// A refusal is decided on a group read after the leases: a
+			// record they show was written before this read, so a record
+			// written after a move is judged at the move's generation (an
+			// operation's grant in flight that landed after the move, about
+			// to be withdrawn: 423, never 409 held naming an operation that
+			// never held the mutex). The group read before the leases
+			// (authorization's) could predate that move.
+			if g, err = s.readGroup(ctx, s.api, g.Namespace, g.Name); err != nil {
+				return err
+			}
+			if !g.DeletionTimestamp.IsZero() {
+				return errForbidden
 			}
 		}
 		now := s.clock.Now()

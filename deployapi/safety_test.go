@@ -263,3 +263,45 @@ func TestAGrantOvertakenByAMoveIsWithdrawn(t *testing.T) {
 		})
 	}
 }
+
+// Another operation's grant in flight that landed after a move (its record
+// at the old generation, never renewed) is about to be withdrawn by its own
+// request: it never held the mutex. A grant whose group read predates that
+// move, and whose lease read sees the landed record, must not answer
+// 409 held naming it; it decides on a group read after its lease reads
+// (the move's generation), so the record is a grant in flight: 423, and the
+// record is left to its own request. (Seen in CI as an illegal history of
+// TestMutexHistoryIsLinearizableAcrossMovesAndAPausedLeader: three grants
+// answered held by an operation whose own grant was answered 423.)
+func TestAGrantDoesNotNameAWithdrawnGrantTheHolder(t *testing.T) {
+	f := newFixture(t)
+	var armed atomic.Bool
+	reader := movingReader{Reader: env.Client, armed: &armed, move: func() {
+		f.setStatus(func(s *v1.MysqlFailoverGroupStatus) { s.TopologyGeneration = 2; s.ActiveSite = "pdx" })
+		// op-a's grant read the group before the move and its write lands
+		// now, after it: a record at generation 1, never renewed.
+		now := f.clock.Now()
+		landed := leases.Record{Group: "playground", GroupUID: string(f.group.UID), Kind: leases.KindMigration,
+			OperationID: "op-a", Instance: "counter-app", Identity: "system:serviceaccount:" + f.clientNS + ":deploy",
+			State: leases.StateActive, Generation: 1, TTLSeconds: 120, ExpiresAt: now.Add(120 * time.Second),
+			GrantedAt: now, RenewedAt: now, TokenHash: leases.HashToken("op-a's token, never answered")}
+		if _, err := f.store.Create(f.ctx, f.group, leases.MigrationName("playground"), landed); err != nil {
+			t.Error(err)
+		}
+	}}
+	srv := f.newServer()
+	srv.api = reader
+	armed.Store(true)
+	r := f.doWith(srv, http.MethodPost, groupPath+"/leases", f.token, grantBody("migration", "op-b", 120))
+	if armed.Load() {
+		t.Fatal("the group was never read: the test did not move the fence")
+	}
+	expectError(t, r, http.StatusLocked, "unstable")
+	_, rec, err := f.store.GetOwn(f.ctx, f.group, leases.KindMigration, "op-a", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec == nil || rec.State != leases.StateActive || rec.Generation != 1 {
+		t.Fatalf("op-a's landed grant was left %s; want it untouched (its own request withdraws it)", stateOf(rec))
+	}
+}
