@@ -163,6 +163,14 @@ func (m *mutexClient) do(in mutexInput) mutexOutput {
 		m.unexp(fmt.Sprintf("%s %s: %d %v", in.verb, in.op, st, resp))
 		return mutexOutput{outcome: "not_leader"}
 	}
+	if in.verb == "grant" && out.outcome == "unstable" {
+		// Withdrawn, or never written: a tentative grant and its withdrawal,
+		// both within this window (the model, "A grant answered 423").
+		attempt := fmt.Sprintf("%s@%d", in.op, call)
+		m.h.add(m.id, mutexInput{verb: "tentative", op: in.op, attempt: attempt}, call, out, ret)
+		m.h.add(m.id, mutexInput{verb: "withdraw", op: in.op, attempt: attempt}, call, out, ret)
+		return out
+	}
 	m.h.add(m.id, in, call, out, ret)
 	return out
 }

@@ -17,6 +17,18 @@ import (
 // generation +1) revokes the holder at once: from then on its renewal and
 // its re-grant answer 409 revoked, and no operation holds the mutex across
 // the bump.
+//
+// A grant answered 423 unstable holds nothing after its answer, but its
+// record may have been seen during its window: a grant that read the group
+// before a move writes its record, other grants may answer 409 held naming
+// it, and its own confirming read withdraws it (docs/design.md, "Only
+// authority live at the move is fenced by it": its token was never handed
+// out, so it held no authority, and the move does not revoke it). The
+// recorder puts such a grant in the history as two operations over its
+// window: "tentative" (it may take the free mutex, with a token no one has
+// seen) and "withdraw" (it ends that, and no tentative of the same attempt
+// takes effect after it). So the record can explain a held answer only
+// within the grant's own window.
 
 type mutexState struct {
 	holder, token string
@@ -24,14 +36,39 @@ type mutexState struct {
 	// revoked lists the operations a move revoked, as "|a|b|" (a string
 	// keeps the state comparable).
 	revoked string
+	// withdrawn lists the 423-answered grant attempts already withdrawn,
+	// the same way.
+	withdrawn string
 }
 
 func (s mutexState) isRevoked(op string) bool { return strings.Contains(s.revoked, "|"+op+"|") }
 
+func (s mutexState) isWithdrawn(attempt string) bool {
+	return strings.Contains(s.withdrawn, "|"+attempt+"|")
+}
+
+// tentativeToken is the token of a 423-answered grant attempt's record:
+// never handed out.
+func tentativeToken(attempt string) string { return "tentative token of " + attempt }
+
+// free is s without a holder.
+func (s mutexState) free() mutexState {
+	s.holder, s.token = "", ""
+	return s
+}
+
+// heldBy is s with op holding the mutex with token.
+func (s mutexState) heldBy(op, token string) mutexState {
+	s.holder, s.token = op, token
+	return s
+}
+
 type mutexInput struct {
-	verb  string // grant, renew, release, move
+	verb  string // grant, renew, release, move; tentative, withdraw (a grant answered 423)
 	op    string
 	token string // renew, release: the token the client sent
+	// attempt names one grant answered 423 (tentative, withdraw).
+	attempt string
 }
 
 type mutexOutput struct {
@@ -55,11 +92,11 @@ type mutexOutput struct {
 // (porcupine turns it into a deterministic model over sets of states.)
 func newMutexModel(gen int64) porcupine.Model {
 	return (&porcupine.NondeterministicModel{
-		Init: func() []any { return []any{mutexState{gen: gen, revoked: "|"}} },
+		Init: func() []any { return []any{mutexState{gen: gen, revoked: "|", withdrawn: "|"}} },
 		Step: func(state, input, output any) []any {
 			s, in, out := state.(mutexState), input.(mutexInput), output.(mutexOutput)
 			mine := s.holder == in.op
-			if out.outcome == "unstable" && in.verb != "move" {
+			if out.outcome == "unstable" && in.verb != "move" && in.verb != "tentative" && in.verb != "withdraw" {
 				return []any{s} // 423: nothing written
 			}
 			switch in.verb {
@@ -67,9 +104,25 @@ func newMutexModel(gen int64) porcupine.Model {
 				if out.gen != s.gen+1 {
 					return nil
 				}
-				next := mutexState{gen: out.gen, revoked: s.revoked}
-				if s.holder != "" {
+				next := s
+				next.gen = out.gen
+				if s.holder != "" && !strings.HasPrefix(s.token, tentativeToken("")) {
 					next.revoked += s.holder + "|"
+					next = next.free()
+				}
+				// A tentative record is not revoked: its own request
+				// withdraws it.
+				return []any{next}
+			case "tentative":
+				if s.isWithdrawn(in.attempt) || s.holder != "" || s.isRevoked(in.op) {
+					return []any{s}
+				}
+				return []any{s, s.heldBy(in.op, tentativeToken(in.attempt))}
+			case "withdraw":
+				next := s
+				next.withdrawn += in.attempt + "|"
+				if s.token == tentativeToken(in.attempt) {
+					next = next.free()
 				}
 				return []any{next}
 			case "grant":
@@ -78,14 +131,14 @@ func newMutexModel(gen int64) porcupine.Model {
 				case out.outcome == "revoked" && s.isRevoked(in.op):
 					return []any{s}
 				case out.outcome == "ok" && free:
-					return []any{mutexState{holder: in.op, token: out.token, gen: s.gen, revoked: s.revoked}}
+					return []any{s.heldBy(in.op, out.token)}
 				case out.outcome == "held" && !mine && s.holder != "" && out.holder == s.holder && !s.isRevoked(in.op):
 					return []any{s}
 				case out.outcome == "unknown" && free:
 					// Its token was never seen by anyone, so all such tokens of
 					// one operation are alike: one state for them keeps the
 					// checker's search small.
-					return []any{s, mutexState{holder: in.op, token: "unseen token of " + in.op, gen: s.gen, revoked: s.revoked}}
+					return []any{s, s.heldBy(in.op, "unseen token of "+in.op)}
 				case out.outcome == "unknown":
 					return []any{s}
 				}
@@ -101,12 +154,12 @@ func newMutexModel(gen int64) porcupine.Model {
 			case "release":
 				switch {
 				case out.outcome == "ok" && mine && in.token == s.token:
-					return []any{mutexState{gen: s.gen, revoked: s.revoked}}
+					return []any{s.free()}
 				case out.outcome == "ok" && !mine,
 					out.outcome == "token_mismatch" && mine && in.token != s.token:
 					return []any{s}
 				case out.outcome == "unknown" && mine && in.token == s.token:
-					return []any{s, mutexState{gen: s.gen, revoked: s.revoked}}
+					return []any{s, s.free()}
 				case out.outcome == "unknown":
 					return []any{s}
 				}
@@ -117,6 +170,9 @@ func newMutexModel(gen int64) porcupine.Model {
 			in, out := input.(mutexInput), output.(mutexOutput)
 			if in.verb == "move" {
 				return fmt.Sprintf("move -> generation %d", out.gen)
+			}
+			if in.verb == "tentative" || in.verb == "withdraw" {
+				return fmt.Sprintf("%s(%s) of a grant answered %s", in.verb, in.attempt, out.outcome)
 			}
 			return fmt.Sprintf("%s(%s) -> %s", in.verb, in.op, out.outcome)
 		},
@@ -210,6 +266,25 @@ func TestMutexModel(t *testing.T) {
 		}, true},
 		"a move that skips a generation": {[]porcupine.Operation{
 			op(2, 0, 1, mutexInput{verb: "move"}, mutexOutput{outcome: "ok", gen: 3}),
+		}, false},
+		"a grant answered 423 may be seen as the holder within its window, and a move in it does not revoke it": {[]porcupine.Operation{
+			op(0, 0, 10, mutexInput{verb: "tentative", op: "a", attempt: "a@0"}, mutexOutput{outcome: "unstable"}),
+			op(0, 0, 10, mutexInput{verb: "withdraw", op: "a", attempt: "a@0"}, mutexOutput{outcome: "unstable"}),
+			op(1, 2, 3, mutexInput{verb: "grant", op: "b"}, mutexOutput{outcome: "held", holder: "a"}),
+			op(2, 4, 5, mutexInput{verb: "move"}, mutexOutput{outcome: "ok", gen: 2}),
+			op(1, 6, 7, mutexInput{verb: "grant", op: "b"}, mutexOutput{outcome: "held", holder: "a"}),
+			op(0, 11, 12, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t1"}),
+		}, true},
+		"a grant answered 423 holds nothing after its answer": {[]porcupine.Operation{
+			op(0, 0, 1, mutexInput{verb: "tentative", op: "a", attempt: "a@0"}, mutexOutput{outcome: "unstable"}),
+			op(0, 0, 1, mutexInput{verb: "withdraw", op: "a", attempt: "a@0"}, mutexOutput{outcome: "unstable"}),
+			op(1, 2, 3, mutexInput{verb: "grant", op: "b"}, mutexOutput{outcome: "held", holder: "a"}),
+		}, false},
+		"a grant answered 423 takes no mutex that is held": {[]porcupine.Operation{
+			op(1, 0, 1, mutexInput{verb: "grant", op: "b"}, mutexOutput{outcome: "ok", token: "t1"}),
+			op(0, 2, 5, mutexInput{verb: "tentative", op: "a", attempt: "a@2"}, mutexOutput{outcome: "unstable"}),
+			op(0, 2, 5, mutexInput{verb: "withdraw", op: "a", attempt: "a@2"}, mutexOutput{outcome: "unstable"}),
+			op(2, 3, 4, mutexInput{verb: "grant", op: "c"}, mutexOutput{outcome: "held", holder: "a"}),
 		}, false},
 		"held names the wrong holder": {[]porcupine.Operation{
 			op(0, 0, 1, mutexInput{verb: "grant", op: "a"}, mutexOutput{outcome: "ok", token: "t1"}),
