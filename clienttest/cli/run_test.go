@@ -143,7 +143,10 @@ func (s *scene) startWith(env []string, args ...string) *proc {
 	cmd := exec.Command(os.Args[0], append([]string{"deploy"}, args...)...)
 	cmd.Env = append(os.Environ(), reexecEnv+"=1",
 		deploycmd.EnvServer+"="+s.op.URL, deploycmd.EnvCA+"="+s.op.CAFile, deploycmd.EnvTokenFile+"="+s.tokenFile,
-		"BR="+os.Args[0], "OUT="+s.dir)
+		"BR="+os.Args[0], "OUT="+s.dir,
+		// The run's private directory in a directory the test removes: a
+		// run killed -9 cannot remove it itself.
+		"TMPDIR="+testenv.ShortTempDir(s.t))
 	cmd.Env = append(cmd.Env, env...)
 	p := &proc{cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr

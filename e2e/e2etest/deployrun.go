@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shipstream/bloodraven/internal/devenv"
+	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
 // DeployRun is a `bloodraven deploy run` process against a playground,
@@ -34,6 +35,7 @@ func StartDeployRun(t *testing.T, p *devenv.Playground, cfg devenv.Config, flags
 	args := append([]string{"deploy", "run", "--server", "https://" + cfg.TLSAddr, "--ca", p.Paths.CACert,
 		"--token-file", p.Paths.DeployToken, "--outcome-file", r.Outcome}, flags...)
 	r.cmd = exec.Command(cfg.OperatorBinary, append(append(args, "--"), command...)...)
+	r.cmd.Env = append(os.Environ(), "TMPDIR="+testenv.ShortTempDir(t))
 	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)

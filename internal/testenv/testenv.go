@@ -50,6 +50,21 @@ type Options struct {
 	Webhooks envtest.WebhookInstallOptions
 }
 
+// ShortTempDir is a directory removed when t ends, with a short path: for
+// a TMPDIR of a process that makes a unix socket in it (`deploy run`'s
+// control socket), where t.TempDir()'s path, which carries the test's name,
+// can pass a socket path's 108 bytes. A process the test kills -9 leaves
+// its private directory there, not in the machine's /tmp.
+func ShortTempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "brtest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
 // RepoRoot is the root of the project checkout.
 func RepoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
