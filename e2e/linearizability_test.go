@@ -418,15 +418,9 @@ func stuckAt(ops []porcupine.Operation, info porcupine.LinearizationInfo) []stri
 	zero := longest[len(longest)-1].Call
 	line := func(o porcupine.Operation) string {
 		in, out := o.Input.(mutexInput), o.Output.(mutexOutput)
-		tok := func(s string) string {
-			if len(s) > 6 {
-				return s[:6]
-			}
-			return s
-		}
 		return fmt.Sprintf("  client %d %s(%s, token %s) [%+d, %+d] ms -> %s token %s holder %q gen %d status %d",
-			o.ClientId, in.verb, in.op, tok(in.token), (o.Call-zero)/1e6, (o.Return-zero)/1e6,
-			out.outcome, tok(out.token), out.holder, out.gen, out.status)
+			o.ClientId, in.verb, in.op, tokenPrefix(in.token), (o.Call-zero)/1e6, (o.Return-zero)/1e6,
+			out.outcome, tokenPrefix(out.token), out.holder, out.gen, out.status)
 	}
 	lines := []string{fmt.Sprintf("the longest partial linearization places %d of %d operations; its last ones:", len(longest), len(ops))}
 	for _, o := range longest[max(0, len(longest)-12):] {
@@ -463,16 +457,18 @@ func aroundMoves(ops []porcupine.Operation, margin time.Duration) []string {
 			if in.verb == "move" || out.outcome == "held" || o.Return < from || o.Call > to {
 				continue
 			}
-			tok := func(s string) string { // a prefix names a token without printing it whole
-				if len(s) > 6 {
-					return s[:6]
-				}
-				return s
-			}
 			lines = append(lines, fmt.Sprintf("  client %d %s(%s, token %s) [%+d, %+d] ms -> %s token %s holder %q status %d",
-				o.ClientId, in.verb, in.op, tok(in.token), (o.Call-m.Call)/1e6, (o.Return-m.Call)/1e6,
-				out.outcome, tok(out.token), out.holder, out.status))
+				o.ClientId, in.verb, in.op, tokenPrefix(in.token), (o.Call-m.Call)/1e6, (o.Return-m.Call)/1e6,
+				out.outcome, tokenPrefix(out.token), out.holder, out.status))
 		}
 	}
 	return lines
+}
+
+// tokenPrefix names a token in a log line without printing it whole.
+func tokenPrefix(s string) string {
+	if len(s) > 6 {
+		return s[:6]
+	}
+	return s
 }
