@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,10 +14,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/leasestore"
 )
 
 // Modes of a cell.
@@ -24,6 +28,9 @@ const (
 	modeFloor   = "floor"
 	modeProduct = "product"
 	modePeer    = "peer"
+	// modeFloorMeta is the floor writing a deployment Lease as the product
+	// does: only by BENCH_MODES, to measure what the Lease's metadata costs.
+	modeFloorMeta = "floor-meta"
 )
 
 // op is one closed-loop operation of a worker.
@@ -160,6 +167,99 @@ func (s *scene) newFloorWorkers(ctx context.Context, n int) ([]*floorWorker, err
 		}
 	}
 	return ws, nil
+}
+
+// floorMetaWorker is the floor worker whose Lease is a deployment lease as
+// the product writes it: the record and its MAC in annotations, the four
+// labels that the operator's cache selects on, the owner reference to the
+// group, rewritten with a new renewedAt and expiresAt on every operation
+// through leasestore.Store, as a renewal does. Its CPU per operation minus
+// the floor's is what the deployment Lease's format costs (the API server's
+// decode, field management and storage of a larger object, and the watch
+// event that the operator's informer decodes); the product's minus this
+// mode's is what the deployment API adds (HTTPS, authentication, the
+// handler). A diagnostic mode (BENCH_MODES=floor,floor-meta,product), not
+// in the report's default cells.
+type floorMetaWorker struct {
+	c             client.Client
+	store         *leasestore.Store
+	ns, db, group string
+	obj           *leasestore.Object
+	fresh         bool
+}
+
+func (w *floorMetaWorker) op(ctx context.Context) error {
+	if err := w.c.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: w.db}, &v1.MysqlDatabase{}); err != nil {
+		return err
+	}
+	g := &v1.MysqlFailoverGroup{}
+	if err := w.c.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: w.group}, g); err != nil {
+		return err
+	}
+	if w.fresh {
+		obj, err := w.store.Get(ctx, w.obj.Lease.Namespace, w.obj.Lease.Name, true)
+		if err != nil {
+			return err
+		}
+		if obj == nil {
+			return fmt.Errorf("lease %s is gone", w.obj.Lease.Name)
+		}
+		w.obj, w.fresh = obj, false
+	}
+	rec := *w.obj.Record
+	now := time.Now()
+	rec.RenewedAt, rec.ExpiresAt = now, now.Add(time.Duration(rec.TTLSeconds)*time.Second)
+	obj, err := w.store.Update(ctx, g, w.obj, rec)
+	if err != nil {
+		w.fresh = true
+		return err
+	}
+	w.obj = obj
+	return nil
+}
+
+// floorMetaWorkers creates n migration leases, one per group, as a grant
+// would (sealed with the operator's record key, so that the operator reads
+// them as live leases), and a worker renewing each.
+func (s *scene) floorMetaWorkers(ctx context.Context, n int) ([]*floorMetaWorker, error) {
+	key, err := leasestore.LoadRecordKey(ctx, env.Client, s.o.Namespace, "bloodraven-lease-record-key", s.o.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(s.cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	store := &leasestore.Store{Client: c, API: c, Clock: clock.RealClock{}, Key: key}
+	ws := make([]*floorMetaWorker, n)
+	for i := range ws {
+		g := &v1.MysqlFailoverGroup{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: s.o.Namespace, Name: groupName(i)}, g); err != nil {
+			return nil, err
+		}
+		now := time.Now()
+		op := fmt.Sprintf("bench-floor-meta-%d", i)
+		rec := leases.Record{Group: g.Name, GroupUID: string(g.UID), Kind: leases.KindMigration, OperationID: op,
+			Instance: dbName(i), Identity: "system:serviceaccount:" + s.o.Namespace + ":bench", State: leases.StateActive,
+			Generation: g.Status.TopologyGeneration, TTLSeconds: 60, GrantedAt: now, RenewedAt: now, HeldSince: now,
+			ExpiresAt: now.Add(time.Minute), TokenHash: strings.Repeat("0", 64)}
+		obj, err := store.Create(ctx, g, leases.LeaseName(leases.KindMigration, g.Name, op), rec)
+		if err != nil {
+			return nil, err
+		}
+		ws[i] = &floorMetaWorker{c: c, store: store, ns: s.o.Namespace, db: dbName(i), group: g.Name, obj: obj}
+	}
+	return ws, nil
+}
+
+// releaseFloorMeta deletes the workers' leases.
+func releaseFloorMeta(ctx context.Context, ws []*floorMetaWorker) error {
+	for _, w := range ws {
+		if err := w.c.Delete(ctx, w.obj.Lease); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete %s: %w", w.obj.Lease.Name, err)
+		}
+	}
+	return nil
 }
 
 // peerWorker is client-go leader election's renew fast path: the lock

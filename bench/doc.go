@@ -34,7 +34,10 @@
 // runs the smallest size of every table in under a minute, to prove that
 // the load generator builds and runs; BENCH_OUT names the JSON report (see
 // Report for its schema). BENCH_CLIENTS, BENCH_DATABASES and BENCH_MODES
-// (comma-separated) narrow the renewal cells and BENCH_RENEWALS_ONLY=1
+// (comma-separated) narrow the renewal cells (BENCH_MODES also takes
+// floor-meta: the floor renewing a deployment Lease in the product's format,
+// through leasestore, to split a product cell's cost between the Lease's
+// format and the deployment API) and BENCH_RENEWALS_ONLY=1
 // skips the heap and revocation figures: for profiling a cell
 // (go test -cpuprofile), never for a report. BENCH_APISERVER_PROFILE=dir
 // writes kube-apiserver's CPU profile of every renewal cell (and of the

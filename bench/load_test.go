@@ -68,9 +68,16 @@ func TestLoad(t *testing.T) {
 				step(t, "cell %s × %d clients × %d databases", mode, c, unrelated)
 				var ops []op
 				var product []*productWorker
+				var floorMeta []*floorMetaWorker
 				switch mode {
 				case modeFloor:
 					for _, w := range floor[:c] {
+						ops = append(ops, w.op)
+					}
+				case modeFloorMeta:
+					floorMeta, err = s.floorMetaWorkers(ctx, c)
+					must(t, err)
+					for _, w := range floorMeta {
 						ops = append(ops, w.op)
 					}
 				case modePeer:
@@ -88,6 +95,9 @@ func TestLoad(t *testing.T) {
 				cell, err := runCell(ctx, ops, p.Warmup, p.Measure)
 				stopProfile()
 				cell.Mode, cell.Clients, cell.Databases = mode, c, unrelated
+				if floorMeta != nil {
+					must(t, releaseFloorMeta(ctx, floorMeta))
+				}
 				if mode == modeProduct {
 					must(t, s.releaseProduct(ctx, product))
 					// The API caches a successful review 15 s per token.
