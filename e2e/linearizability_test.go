@@ -39,8 +39,9 @@ type history struct {
 
 // answer is one response as a client saw it.
 type answer struct {
-	at   time.Time
-	verb string
+	// call is when the request was sent, at when its answer came.
+	call, at time.Time
+	verb     string
 	// status is 0 for a transport error (nothing came back).
 	status int
 	code   string
@@ -59,13 +60,14 @@ func (h *history) count(a answer) {
 	h.mu.Unlock()
 }
 
-// between returns the answers that came in [from, to).
-func (h *history) between(from, to time.Time) []answer {
+// sentBetween returns the answers to requests sent at or after from that
+// came before to: requests that started and ended inside [from, to).
+func (h *history) sentBetween(from, to time.Time) []answer {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []answer
 	for _, a := range h.timeline {
-		if !a.at.Before(from) && a.at.Before(to) {
+		if !a.call.Before(from) && a.at.Before(to) {
 			out = append(out, a)
 		}
 	}
@@ -129,7 +131,7 @@ func (m *mutexClient) do(in mutexInput) mutexOutput {
 	case err != nil:
 		st, code = 0, "transport error"
 	}
-	m.h.count(answer{at: time.Unix(0, ret), verb: in.verb, status: st, code: code})
+	m.h.count(answer{call: time.Unix(0, call), at: time.Unix(0, ret), verb: in.verb, status: st, code: code})
 	var out mutexOutput
 	switch {
 	case st == http.StatusServiceUnavailable && code == "not_leader", code == "not connected",
@@ -471,4 +473,25 @@ func tokenPrefix(s string) string {
 		return s[:6]
 	}
 	return s
+}
+
+// The outage is judged on the requests sent after the API server was gone:
+// one in flight at the kill may be answered later, and successfully (its
+// write landed first), however long after the kill its answer comes.
+func TestAnOutageJudgesOnlyTheRequestsSentDuringIt(t *testing.T) {
+	stopped := time.Unix(1000, 0)
+	restarting := stopped.Add(10 * time.Second)
+	h := &history{answers: map[string]int{}}
+	for _, a := range []answer{
+		{call: stopped.Add(-50 * time.Millisecond), at: stopped.Add(1100 * time.Millisecond), verb: "release", status: 204},
+		{call: stopped.Add(100 * time.Millisecond), at: stopped.Add(150 * time.Millisecond), verb: "grant", status: 503, code: "unavailable"},
+		{call: stopped.Add(2 * time.Second), at: stopped.Add(2100 * time.Millisecond), verb: "renew", status: 0},
+		{call: restarting.Add(-time.Second), at: restarting.Add(time.Second), verb: "grant", status: 201},
+	} {
+		h.count(a)
+	}
+	got := h.sentBetween(stopped, restarting)
+	if len(got) != 2 || got[0].verb != "grant" || got[1].verb != "renew" {
+		t.Fatalf("judged %+v, want the grant and the renewal sent during the outage", got)
+	}
 }
