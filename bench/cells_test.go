@@ -243,7 +243,13 @@ func (s *scene) floorMetaWorkers(ctx context.Context, n int) ([]*floorMetaWorker
 			Instance: dbName(i), Identity: "system:serviceaccount:" + s.o.Namespace + ":bench", State: leases.StateActive,
 			Generation: g.Status.TopologyGeneration, TTLSeconds: 60, GrantedAt: now, RenewedAt: now, HeldSince: now,
 			ExpiresAt: now.Add(time.Minute), TokenHash: strings.Repeat("0", 64)}
-		obj, err := store.Create(ctx, g, leases.LeaseName(leases.KindMigration, g.Name, op), rec)
+		// A product cell leaves its released lease under the same name.
+		name := leases.LeaseName(leases.KindMigration, g.Name, op)
+		old, err := store.Get(ctx, s.o.Namespace, name, true)
+		if err != nil {
+			return nil, err
+		}
+		obj, err := store.Put(ctx, g, name, old, rec)
 		if err != nil {
 			return nil, err
 		}
