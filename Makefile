@@ -204,6 +204,10 @@ TEST_TIMES ?= $(ROOT)/bin/test-times.json
 # E2E_PARALLEL: how many of the e2e tests that wait (all but the two that
 # compare latencies, which run first and alone) run at once (e2e/doc.go).
 E2E_PARALLEL ?= 3
+# UNIT_P: how many packages of the first phase (every package but e2e) run
+# at once. Most of their time is spent waiting on timers (a take-over's
+# 120 s, a soak's renewals, ttl expiries), so three share two cores.
+UNIT_P ?= 3
 TESTREPORT := $(ROOT)/bin/testreport -slowest 20 -out $(TEST_TIMES)
 # The e2e package as make test runs it (make e2e-repeat runs the same).
 E2E_GO_TEST = $(GO) test -json -race -count=1 -timeout 30m -parallel $(E2E_PARALLEL) ./e2e
@@ -217,7 +221,7 @@ test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) $(THIRD_PARTY_CR
 	@# and the slowest tests of each run; every timing goes to TEST_TIMES.
 	@rm -f $(TEST_TIMES)
 	$(GO) build -o $(ROOT)/bin/testreport ./hack/testreport
-	$(TESTREPORT) -- $(GO) test -json -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/e2e$$')
+	$(TESTREPORT) -- $(GO) test -json -race -count=1 -timeout 30m -p $(UNIT_P) $$($(GO) list ./... | grep -v '/e2e$$')
 	$(TESTREPORT) -- $(E2E_GO_TEST)
 	cd $(CLIENT_MOD) && $(TESTREPORT) -- $(GO) test -json -race -count=1 -timeout 10m ./...
 	@$(MAKE) --no-print-directory fuzz
