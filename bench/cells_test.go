@@ -121,11 +121,17 @@ type floorWorker struct {
 	needsFreshLease bool
 }
 
-func (w *floorWorker) op(ctx context.Context) error {
-	if err := w.c.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: w.db}, &v1.MysqlDatabase{}); err != nil {
+// floorReads are the two reads of a floor operation: the database (the
+// authorization) and the group (the fence), into g.
+func floorReads(ctx context.Context, c client.Client, ns, db, group string, g *v1.MysqlFailoverGroup) error {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: db}, &v1.MysqlDatabase{}); err != nil {
 		return err
 	}
-	if err := w.c.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: w.group}, &v1.MysqlFailoverGroup{}); err != nil {
+	return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: group}, g)
+}
+
+func (w *floorWorker) op(ctx context.Context) error {
+	if err := floorReads(ctx, w.c, w.ns, w.db, w.group, &v1.MysqlFailoverGroup{}); err != nil {
 		return err
 	}
 	if w.needsFreshLease {
@@ -189,11 +195,8 @@ type floorMetaWorker struct {
 }
 
 func (w *floorMetaWorker) op(ctx context.Context) error {
-	if err := w.c.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: w.db}, &v1.MysqlDatabase{}); err != nil {
-		return err
-	}
 	g := &v1.MysqlFailoverGroup{}
-	if err := w.c.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: w.group}, g); err != nil {
+	if err := floorReads(ctx, w.c, w.ns, w.db, w.group, g); err != nil {
 		return err
 	}
 	if w.fresh {
@@ -222,15 +225,11 @@ func (w *floorMetaWorker) op(ctx context.Context) error {
 // would (sealed with the operator's record key, so that the operator reads
 // them as live leases), and a worker renewing each.
 func (s *scene) floorMetaWorkers(ctx context.Context, n int) ([]*floorMetaWorker, error) {
-	key, err := leasestore.LoadRecordKey(ctx, env.Client, s.o.Namespace, "bloodraven-lease-record-key", s.o.Namespace)
-	if err != nil {
-		return nil, err
-	}
 	c, err := client.New(s.cfg, client.Options{Scheme: env.Scheme})
 	if err != nil {
 		return nil, err
 	}
-	store := &leasestore.Store{Client: c, API: c, Clock: clock.RealClock{}, Key: key}
+	store := &leasestore.Store{Client: c, API: c, Clock: clock.RealClock{}, Key: s.o.RecordKey}
 	ws := make([]*floorMetaWorker, n)
 	for i := range ws {
 		g := &v1.MysqlFailoverGroup{}

@@ -101,6 +101,8 @@ type Operator struct {
 	Namespace, ClientNamespace string
 	Driver                     *memory.Driver
 	Clock                      clock.PassiveClock
+	// RecordKey is the key the operator seals lease records with.
+	RecordKey *leasestore.RecordKey
 
 	t   testing.TB
 	dir string
@@ -163,11 +165,11 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 		Logger:                 quiet(t, opts.Quiet),
 	})
 	must(t, err)
-	key, err := leasestore.LoadRecordKey(ctx, env.Client, o.Namespace, "bloodraven-lease-record-key", o.Namespace)
+	o.RecordKey, err = leasestore.LoadRecordKey(ctx, env.Client, o.Namespace, "bloodraven-lease-record-key", o.Namespace)
 	must(t, err)
 	parts, err := operator.New(mgr, operator.Config{
 		Driver: o.Driver, Clock: skewed{d: opts.Skew}, Log: quiet(t, opts.Quiet), Metrics: prometheus.NewRegistry(),
-		RecordKey: key, ProbeInterval: opts.ProbeInterval, Workers: opts.Workers,
+		RecordKey: o.RecordKey, ProbeInterval: opts.ProbeInterval, Workers: opts.Workers,
 		DeployAPI: &operator.DeployAPIConfig{Kube: env.Kube, FairShare: opts.FairShare},
 	})
 	must(t, err)
