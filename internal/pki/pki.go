@@ -100,6 +100,46 @@ func (ca *CA) Issue(commonName string, hosts []string, now time.Time, validity t
 	return Pair{CertPEM: encodeCert(der), KeyPEM: keyPEM}, nil
 }
 
+// IssueClient signs a client certificate: a Kubernetes API server reads
+// commonName as the user and organizations as its groups.
+func (ca *CA) IssueClient(commonName string, organizations []string, now time.Time, validity time.Duration) (Pair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return Pair{}, fmt.Errorf("client key: %w", err)
+	}
+	serial, err := newSerial()
+	if err != nil {
+		return Pair{}, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: commonName, Organization: organizations},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(validity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	if err != nil {
+		return Pair{}, fmt.Errorf("client certificate: %w", err)
+	}
+	keyPEM, err := encodeKey(key)
+	if err != nil {
+		return Pair{}, err
+	}
+	return Pair{CertPEM: encodeCert(der), KeyPEM: keyPEM}, nil
+}
+
+// NewKey is a fresh ECDSA P-256 private key, PEM-encoded (a service
+// account signing key, for one).
+func NewKey() ([]byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("key: %w", err)
+	}
+	return encodeKey(key)
+}
+
 // WriteTLSDir writes p as dir/tls.crt and dir/tls.key, the layout of a
 // kubernetes.io/tls Secret mount.
 func (p Pair) WriteTLSDir(dir string) error {
