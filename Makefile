@@ -107,6 +107,81 @@ $(RULECHECK): hack/tools/rulecheck/go.mod hack/tools/rulecheck/go.sum hack/tools
 	cd hack/tools/rulecheck && $(GO) build -trimpath -o $@ .
 	@touch $@
 
+##@ Node tools
+
+# make node-tools: what the single-node cluster runs (make cluster, the node
+# suite), built from the module proxy into bin/node/: the kubelet,
+# kube-proxy, kube-scheduler and kube-controller-manager of the same
+# Kubernetes as kube-apiserver, containerd and its runc shim, runc (cgo,
+# with seccomp: Debian's libseccomp-dev), the CNI plugins, CoreDNS (the
+# plugins the node uses) and kube-router (NetworkPolicy only, a test
+# harness: docs/node.md), and the Pods' pause program.
+NODE_BIN        := $(BIN)/node
+CONTAINERD_VER  := $(shell awk '$$1=="github.com/containerd/containerd/v2"{print $$2}' hack/tools/containerd/go.mod)
+KUBE_ROUTER_VER := $(shell awk '$$1=="github.com/cloudnativelabs/kube-router/v2"{print $$2}' hack/tools/kuberouter/go.mod)
+NODE_KUBE       := $(NODE_BIN)/kubelet $(NODE_BIN)/kube-proxy $(NODE_BIN)/kube-scheduler $(NODE_BIN)/kube-controller-manager
+NODE_TOOLS      := $(NODE_KUBE) $(NODE_BIN)/containerd $(NODE_BIN)/runc $(NODE_BIN)/cni/bridge $(NODE_BIN)/coredns \
+	$(NODE_BIN)/kube-router $(NODE_BIN)/pause
+
+.PHONY: node-tools
+node-tools: ## Build what the single-node cluster runs into ./bin/node (kubelet, containerd, runc, CNI, CoreDNS, kube-router).
+	@$(MAKE) --no-print-directory -j$(TOOLS_JOBS) node-tools-each
+
+.PHONY: node-tools-each
+node-tools-each: $(NODE_TOOLS)
+
+$(NODE_KUBE) &: hack/tools/kube/go.mod hack/tools/kube/go.sum
+	@echo ">> building kubelet, kube-proxy, kube-scheduler and kube-controller-manager $(KUBE_VERSION)"
+	@mkdir -p $(NODE_BIN)/.kube-build
+	cd hack/tools/kube && $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $(NODE_BIN)/.kube-build/ \
+		k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-controller-manager
+	@for b in kubelet kube-proxy kube-scheduler kube-controller-manager; do mv $(NODE_BIN)/.kube-build/$$b $(NODE_BIN)/$$b; touch $(NODE_BIN)/$$b; done
+	@rmdir $(NODE_BIN)/.kube-build
+
+$(NODE_BIN)/containerd: hack/tools/containerd/go.mod hack/tools/containerd/go.sum
+	@echo ">> building containerd $(CONTAINERD_VER), ctr and containerd-shim-runc-v2"
+	@mkdir -p $(NODE_BIN)
+	cd hack/tools/containerd && CGO_ENABLED=0 $(GO) build -trimpath -tags 'no_btrfs no_devmapper no_zfs urfave_cli_no_docs' \
+		-ldflags '-s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VER)' -o $(NODE_BIN)/ \
+		github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/ctr
+	cd hack/tools/containerd && CGO_ENABLED=0 $(GO) build -trimpath -tags 'urfave_cli_no_docs no_grpc' \
+		-ldflags '-s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VER)' -o $(NODE_BIN)/ \
+		github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+	@touch $@
+
+$(NODE_BIN)/runc: hack/tools/runc/go.mod hack/tools/runc/go.sum
+	@echo ">> building runc (cgo, seccomp)"
+	@pkg-config --exists libseccomp || { echo "runc needs libseccomp-dev (apt-get install libseccomp-dev; .ci/run installs it)"; exit 1; }
+	@mkdir -p $(NODE_BIN)
+	cd hack/tools/runc && CGO_ENABLED=1 $(GO) build -trimpath -buildmode=pie -tags 'seccomp urfave_cli_no_docs' -o $@ github.com/opencontainers/runc
+	@touch $@
+
+$(NODE_BIN)/cni/bridge: hack/tools/cni/go.mod hack/tools/cni/go.sum
+	@echo ">> building the CNI plugins bridge, host-local, loopback and portmap"
+	@mkdir -p $(NODE_BIN)/cni
+	cd hack/tools/cni && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(NODE_BIN)/cni/ \
+		github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/ipam/host-local \
+		github.com/containernetworking/plugins/plugins/main/loopback github.com/containernetworking/plugins/plugins/meta/portmap
+	@touch $@
+
+$(NODE_BIN)/coredns: hack/tools/coredns/go.mod hack/tools/coredns/go.sum hack/tools/coredns/main.go
+	@echo ">> building CoreDNS (the node's plugins)"
+	@mkdir -p $(NODE_BIN)
+	cd hack/tools/coredns && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@ .
+	@touch $@
+
+$(NODE_BIN)/kube-router: hack/tools/kuberouter/go.mod hack/tools/kuberouter/go.sum
+	@echo ">> building kube-router $(KUBE_ROUTER_VER) (NetworkPolicy engine of the node; a test harness)"
+	@mkdir -p $(NODE_BIN)
+	cd hack/tools/kuberouter && CGO_ENABLED=0 $(GO) build -trimpath \
+		-ldflags '-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$(KUBE_ROUTER_VER)' -o $@ github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
+	@touch $@
+
+$(NODE_BIN)/pause: hack/pause/main.go
+	@mkdir -p $(NODE_BIN)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@ ./hack/pause
+	@touch $@
+
 ##@ Generate
 
 GENERATED_DIRS := api config charts/bloodraven/crds charts/bloodraven/files docs/crds.md

@@ -55,6 +55,11 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 
 [plugins.'io.containerd.cri.v1.runtime']
   netns_mounts_under_state_dir = true
+  # This machine grants root every capability but CAP_SYS_RESOURCE, so no
+  # process may lower its oom_score_adj below its parent's: the kubelet's
+  # -998 for a sandbox would fail. Clamp to containerd's own, as rootless
+  # nodes do.
+  restrict_oom_score_adj = true
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
