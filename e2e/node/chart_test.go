@@ -81,14 +81,6 @@ func installChart(t *testing.T, tls listenerCA, extra ...string) {
 	sh(t, 4*time.Minute, fmt.Sprintf("kubectl --namespace %s rollout status deployment/%s --timeout=4m", releaseNS, release))
 }
 
-// uninstallChart removes the release and its namespace, and waits until
-// the namespace is gone.
-func uninstallChart(t *testing.T) {
-	t.Helper()
-	sh(t, 3*time.Minute, "helm uninstall "+release+" --namespace "+releaseNS+" --wait --timeout=2m")
-	deleteNamespace(t, releaseNS)
-}
-
 // deleteNamespace deletes ns (its Pods first: a NetworkPolicy may go before
 // the Pods it guards otherwise) and waits until it is gone.
 func deleteNamespace(t *testing.T, ns string) {
@@ -119,12 +111,28 @@ func applyQuickstartGroup(t *testing.T) {
 	sh(t, time.Minute, "kubectl apply -f examples/quickstart/orders.yaml")
 }
 
-func TestTheChartInstallsAndHelmTestPassesWithAGroupPresent(t *testing.T) {
+// installed is the release the suite's tests share (ensureChart): each
+// test that needs the chart as a platform team installs it uses it, a test
+// that needs another release uninstalls it first.
+var installed *listenerCA
+
+// ensureChart installs the chart (installChart) unless the suite already
+// did, with the quickstart's group in namespace orders as helm test's
+// namespace, and returns the listener's CA.
+func ensureChart(t *testing.T) listenerCA {
+	t.Helper()
+	if installed != nil {
+		return *installed
+	}
 	tls := newListenerCA(t)
 	installChart(t, tls, "--set tests.namespace=orders")
-	t.Cleanup(func() { uninstallChart(t) })
 	applyQuickstartGroup(t)
-	t.Cleanup(func() { deleteNamespace(t, "orders") })
+	installed = &tls
+	return tls
+}
+
+func TestTheChartInstallsAndHelmTestPassesWithAGroupPresent(t *testing.T) {
+	ensureChart(t)
 	out := sh(t, 3*time.Minute, "helm test "+release+" --namespace "+releaseNS+" --logs --timeout=2m")
 	t.Logf("helm test:\n%s", tail(out, 40))
 	for _, check := range []string{"ok   status:", "ok   webhooks:", "ok   status-guard:"} {

@@ -11,9 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"k8s.io/client-go/kubernetes"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/shipstream/bloodraven/internal/node"
+	"github.com/shipstream/bloodraven/internal/ociimage"
 )
 
 // The suite's node, shared by every test (TestMain).
@@ -30,6 +35,7 @@ func TestMain(m *testing.M) {
 }
 
 func runSuite(m *testing.M) int {
+	ctrllog.SetLogger(logr.Discard())
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "nodesuite: the node suite prepares the host (bridge, iptables, cgroups) and needs root")
 		return 1
@@ -56,6 +62,12 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(work)
+	probe, err := buildProbeImage()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nodesuite: probe image:", err)
+		return 1
+	}
+	images = append(images, node.Image{Tarball: probe})
 	layout := node.Layout{Root: root, StateDir: filepath.Join(work, "node")}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	start := time.Now()
@@ -81,6 +93,34 @@ func runSuite(m *testing.M) int {
 		code = 1
 	}
 	return code
+}
+
+// ProbeImage is the image of ./probe, built and imported by TestMain.
+const ProbeImage = "localhost/bloodraven-nodesuite/probe:1"
+
+// buildProbeImage builds ./probe as a static binary in a one-layer image
+// and writes it as a tarball under work.
+func buildProbeImage() (string, error) {
+	bin := filepath.Join(work, "probe")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./probe")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./probe: %w: %s", err, out)
+	}
+	img, err := ociimage.Build(ociimage.Spec{Binary: bin, Name: "probe", Version: "1",
+		Description: "the node suite's network probe (e2e/node/probe)", Args: []string{"sleep"}})
+	if err != nil {
+		return "", err
+	}
+	ref, err := name.ParseReference(ProbeImage)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(work, "probe.tar")
+	if err := tarball.WriteToFile(path, ref, img); err != nil {
+		return "", err
+	}
+	return path, nil
 }
 
 // dumpLogs prints the tail of each component's log.
