@@ -124,8 +124,24 @@ NODE_TOOLS      := $(NODE_KUBE) $(NODE_BIN)/containerd $(NODE_BIN)/runc $(NODE_B
 	$(NODE_BIN)/kube-router $(NODE_BIN)/pause
 
 .PHONY: node-tools
-node-tools: ## Build what the single-node cluster runs into ./bin/node (kubelet, containerd, runc, CNI, CoreDNS, kube-router).
+node-tools: node-packages ## Build what the single-node cluster runs into ./bin/node (kubelet, containerd, runc, CNI, CoreDNS, kube-router).
 	@$(MAKE) --no-print-directory -j$(TOOLS_JOBS) node-tools-each
+
+# The Debian packages the node needs: iptables and ipset (kube-proxy's and
+# kube-router's rules) and libseccomp-dev (runc is built with seccomp).
+NODE_PACKAGES := iptables ipset libseccomp-dev
+
+.PHONY: node-packages
+node-packages:
+	@missing=$$(for p in $(NODE_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo ">> installing $$missing (Debian packages)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+		else \
+			echo "the node needs: sudo apt-get install -y $$missing"; exit 1; \
+		fi; \
+	fi
 
 .PHONY: node-tools-each
 node-tools-each: $(NODE_TOOLS)
@@ -286,9 +302,12 @@ UNIT_P ?= 3
 TESTREPORT := $(ROOT)/bin/testreport -slowest 20 -out $(TEST_TIMES)
 # The e2e package as make test runs it (make e2e-repeat runs the same).
 E2E_GO_TEST = $(GO) test -json -race -count=1 -timeout 30m -parallel $(E2E_PARALLEL) ./e2e
+# The node suite (e2e/node, docs/node.md): the chart on a real single-node
+# Kubernetes; root only, one node per machine, so it runs alone and last.
+NODE_GO_TEST = $(GO) test -json -race -count=1 -timeout 20m ./e2e/node
 
 .PHONY: test
-test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) $(THIRD_PARTY_CRDS) mariadb lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, a short fuzz run of the decoders, then a smoke run of the benchmark (make bench gives its tables).
+test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) $(THIRD_PARTY_CRDS) node-tools mariadb lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, the node suite on a real single-node Kubernetes, a short fuzz run of the decoders, then a smoke run of the benchmark (make bench gives its tables).
 	@# The e2e package runs after the others, alone: its latency comparison
 	@# (the hostile tenant's, quiet against attacked renewals) must not share
 	@# this machine's cores with another package's tests.
@@ -296,8 +315,10 @@ test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) $(THIRD_PARTY_CR
 	@# and the slowest tests of each run; every timing goes to TEST_TIMES.
 	@rm -f $(TEST_TIMES)
 	$(GO) build -o $(ROOT)/bin/testreport ./hack/testreport
-	$(TESTREPORT) -- $(GO) test -json -race -count=1 -timeout 30m -p $(UNIT_P) $$($(GO) list ./... | grep -v '/e2e$$')
+	$(TESTREPORT) -- $(GO) test -json -race -count=1 -timeout 30m -p $(UNIT_P) $$($(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/node$$')
 	$(TESTREPORT) -- $(E2E_GO_TEST)
+	@$(MAKE) --no-print-directory image
+	$(TESTREPORT) -- $(NODE_GO_TEST)
 	cd $(CLIENT_MOD) && $(TESTREPORT) -- $(GO) test -json -race -count=1 -timeout 10m ./...
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory bench BENCH_SMOKE=1 BENCH_OUT=$(ROOT)/bin/bench-smoke.json
@@ -370,6 +391,16 @@ fuzz: ## Fuzz the request decoders and the client's answer decoder for FUZZTIME 
 	done
 
 ##@ Playground
+
+.PHONY: cluster
+cluster: tools node-tools image mariadb ## Start the single-node cluster (root): the chart installed, the playground's group; Ctrl-C stops and cleans it (docs/node.md).
+	@[ "$$(id -u)" = 0 ] || { echo "make cluster prepares the host (a bridge, iptables, cgroups): run it as root"; exit 1; }
+	$(GO) build -o $(BIN)/bloodraven-cluster ./hack/cluster
+	$(BIN)/bloodraven-cluster --root $(ROOT)
+
+.PHONY: e2e-node
+e2e-node: tools node-tools image mariadb ## Run only the node suite (root; what make test runs last).
+	$(GO) test -race -count=1 -timeout 20m -v ./e2e/node
 
 .PHONY: mariadb
 mariadb: ## Install MariaDB (the playground's sites, the driver's integration tests) if it is missing.

@@ -1,7 +1,6 @@
 package nodesuite
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -150,22 +149,11 @@ func sh(t *testing.T, timeout time.Duration, line string) string {
 	t.Helper()
 	out, err := shErr(timeout, line)
 	if err != nil {
-		t.Fatalf("$ %s: %v\n%s", line, err, tail(out, 60))
+		t.Fatal(err)
 	}
 	return out
 }
 
 func shErr(timeout time.Duration, line string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	helmHome := filepath.Join(work, "helm")
-	cmd := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", line)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(root, "bin")+":"+os.Getenv("PATH"),
-		"KUBECONFIG="+nd.Layout().Kubeconfig(),
-		"HELM_CACHE_HOME="+helmHome+"/cache", "HELM_CONFIG_HOME="+helmHome+"/config", "HELM_DATA_HOME="+helmHome+"/data")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.String(), err
+	return tools().Run(context.Background(), timeout, line)
 }

@@ -27,7 +27,7 @@ func probePod(t *testing.T, ns, name string, labels map[string]string) {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: new(int64),
-			Containers: []corev1.Container{{Name: "probe", Image: ProbeImage, ImagePullPolicy: corev1.PullNever}},
+			Containers:                    []corev1.Container{{Name: "probe", Image: ProbeImage, ImagePullPolicy: corev1.PullNever}},
 		},
 	}
 	if _, err := kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {

@@ -1,6 +1,7 @@
-// Command bloodraven-cluster is make cluster: it brings up the single-node
-// Kubernetes of internal/node on this machine (root only), prints how to
-// reach it, and stops and cleans everything it started on SIGINT/SIGTERM.
+// Command bloodraven-cluster is make cluster (internal/clusterenv): the
+// single-node Kubernetes of internal/node on this machine (root only) with
+// the chart installed and the playground's group; it prints how to reach
+// it, and stops and cleans everything it started on SIGINT/SIGTERM.
 package main
 
 import (
@@ -13,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/shipstream/bloodraven/internal/clusterenv"
 	"github.com/shipstream/bloodraven/internal/node"
 )
 
@@ -31,20 +33,28 @@ func run(root string, down bool) error {
 	if err != nil {
 		return err
 	}
-	layout := node.Layout{Root: abs, StateDir: filepath.Join(abs, ".dev", "cluster")}
 	if down {
-		return node.Teardown(layout)
+		return node.Teardown(node.Layout{Root: abs, StateDir: clusterenv.StateDir(abs)})
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	n, err := node.Up(ctx, node.Config{Layout: layout, Log: os.Stdout})
+	c, err := clusterenv.Start(ctx, clusterenv.Config{Root: abs, Log: os.Stdout})
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\nnode %s is up (%.0f s)\n  export KUBECONFIG=%s\n  kubectl get nodes,pods -A\nCtrl-C stops it and cleans the host.\n",
-		node.NodeName, time.Since(start).Seconds(), layout.Kubeconfig())
+	fmt.Printf(`
+The cluster is up (%.0f s): node %s, release %s in namespace %s, group playground/playground.
+  export KUBECONFIG=%s
+  kubectl get pods -A
+  kubectl -n playground get mysqlfailovergroup playground
+The deployment API is https://%s.%s.svc:8443 for Pods in namespaces labelled
+shipstream.io/mysql-client=true with the Pod label bloodraven.shipstream.io/deploy-client=true;
+its CA is %s, and %s runs bloodraven-deploy.
+Ctrl-C stops everything and cleans the host.
+`, time.Since(start).Seconds(), node.NodeName, clusterenv.Release, clusterenv.Namespace, c.Tools.Kubeconfig,
+		clusterenv.Release, clusterenv.Namespace, c.CACert, "bloodraven-deploy:dev")
 	<-ctx.Done()
-	fmt.Println(">> stopping the node")
-	return n.Down()
+	fmt.Println(">> stopping the cluster")
+	return c.Stop()
 }

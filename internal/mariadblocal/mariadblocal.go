@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -60,17 +61,25 @@ type Server struct {
 	Dir      string
 	User     string
 	Password string
-	cmd      *exec.Cmd
-	exited   chan struct{}
+	// Bind are the addresses it listens on besides 127.0.0.1 (StartOn).
+	Bind   []string
+	cmd    *exec.Cmd
+	exited chan struct{}
 }
 
 // Start initializes dir (if empty) and starts a server listening on
 // 127.0.0.1:port with the administrative account user/password.
 func Start(ctx context.Context, dir, name string, port, serverID int, user, password string) (*Server, error) {
+	return StartOn(ctx, dir, name, port, serverID, user, password)
+}
+
+// StartOn is Start with the server also listening on the addresses bind
+// (e.g. the node's bridge address, which its Pods reach), on the same port.
+func StartOn(ctx context.Context, dir, name string, port, serverID int, user, password string, bind ...string) (*Server, error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}
-	s := &Server{Name: name, Port: port, ServerID: serverID, Dir: dir, User: user, Password: password}
+	s := &Server{Name: name, Port: port, ServerID: serverID, Dir: dir, User: user, Password: password, Bind: bind}
 	data := filepath.Join(dir, "data")
 	fresh := false
 	if _, err := os.Stat(filepath.Join(data, "mysql")); err != nil {
@@ -115,7 +124,7 @@ func (s *Server) start() error {
 		"--datadir="+filepath.Join(s.Dir, "data"), "--tmpdir="+s.Tmpdir(),
 		"--socket="+s.Socket(),
 		"--pid-file="+filepath.Join(s.Dir, "mariadbd.pid"),
-		"--port="+strconv.Itoa(s.Port), "--bind-address=127.0.0.1",
+		"--port="+strconv.Itoa(s.Port), "--bind-address="+strings.Join(append([]string{"127.0.0.1"}, s.Bind...), ","),
 		"--server-id="+strconv.Itoa(s.ServerID),
 		"--log-bin="+filepath.Join(s.Dir, "data", "binlog"), "--log-slave-updates", "--binlog-format=ROW",
 		"--gtid-strict-mode=1", "--skip-name-resolve", "--user=root",

@@ -2,10 +2,14 @@ package mariadblocal_test
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	_ "github.com/go-sql-driver/mysql"
 
 	"github.com/shipstream/bloodraven/internal/mariadblocal"
 	"github.com/shipstream/bloodraven/internal/testenv"
@@ -45,5 +49,32 @@ func TestEveryServerHasItsOwnTmpdir(t *testing.T) {
 	}
 	if !fi.IsDir() || fi.Mode().Perm() != 0o700 {
 		t.Errorf("%s: mode %v, want a directory with mode 0700", tmpdir, fi.Mode())
+	}
+}
+
+// A server started with StartOn also answers on the extra address (the
+// node's Pods reach the sites on the bridge's), with the administrative
+// account, and still on 127.0.0.1.
+func TestAServerStartedOnAnotherAddressAnswersThereAndOnLoopback(t *testing.T) {
+	if err := mariadblocal.Available(); err != nil {
+		t.Fatal(err)
+	}
+	port := testenv.FreePort(t)
+	s, err := mariadblocal.StartOn(context.Background(), t.TempDir(), "iad", port, 1, "bloodraven", "s3cret", "127.0.0.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Kill)
+	for _, host := range []string{"127.0.0.1", "127.0.0.2"} {
+		db, err := sql.Open("mysql", fmt.Sprintf("bloodraven:s3cret@tcp(%s:%d)/?timeout=2s", host, port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var one int
+		err = db.QueryRow("SELECT 1").Scan(&one)
+		db.Close()
+		if err != nil {
+			t.Errorf("%s:%d: %v", host, port, err)
+		}
 	}
 }

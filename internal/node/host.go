@@ -601,14 +601,11 @@ func Leftovers(l Layout) []string {
 	if _, err := os.Stat(l.savedSysctlsFile()); err == nil {
 		left = append(left, "kernel settings not restored ("+l.savedSysctlsFile()+")")
 	}
-	for _, err := range killShimsDryRun() {
-		left = append(left, err)
-	}
-	return left
+	return append(left, runningShims()...)
 }
 
-// killShimsDryRun names the node's running shims without killing them.
-func killShimsDryRun() []string {
+// runningShims names the node's running shims.
+func runningShims() []string {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
