@@ -21,38 +21,6 @@ import (
 	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
-// quickstartCommands returns the shell commands of the README's quickstart
-// (the sh block between <!-- quickstart --> and <!-- /quickstart -->),
-// comments dropped and continuation lines joined.
-func quickstartCommands(t *testing.T, root string) []string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(b), "<!-- quickstart -->")
-	block, _, ok2 := strings.Cut(rest, "<!-- /quickstart -->")
-	if !ok || !ok2 {
-		t.Fatal("README.md has no <!-- quickstart --> … <!-- /quickstart --> block")
-	}
-	var out []string
-	cur := ""
-	for _, line := range strings.Split(block, "\n") {
-		line = strings.TrimSpace(line)
-		if strings.HasPrefix(line, "```") || strings.HasPrefix(line, "#") || (line == "" && cur == "") {
-			continue
-		}
-		if strings.HasSuffix(line, `\`) {
-			cur += strings.TrimSuffix(line, `\`)
-			continue
-		}
-		cur += line
-		out = append(out, strings.Join(strings.Fields(cur), " "))
-		cur = ""
-	}
-	return out
-}
-
 // quickstartStep says how the test runs the README lines it matches: how
 // names why it cannot run them here ("" runs them), args are appended.
 type quickstartStep struct {
@@ -115,7 +83,7 @@ func runQuickstart(t *testing.T, root string, p *devenv.Playground) {
 	env := append(os.Environ(), "PATH="+filepath.Join(root, "bin")+":"+os.Getenv("PATH"), "KUBECONFIG="+p.Paths.Kubeconfig,
 		"HELM_CACHE_HOME="+helmHome, "HELM_CONFIG_HOME="+helmHome, "HELM_DATA_HOME="+helmHome)
 	ran, skipped := 0, 0
-	for _, line := range quickstartCommands(t, root) {
+	for _, line := range e2etest.QuickstartCommands(t, root) {
 		var step *quickstartStep
 		for _, s := range steps {
 			if s.match.MatchString(line) {

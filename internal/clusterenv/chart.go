@@ -89,17 +89,8 @@ func NewListenerCA(now time.Time) (ListenerCA, error) {
 // address), the webhooks' caBundle, and extra --set flags; then it waits
 // for the rollout.
 func InstallChart(ctx context.Context, kube kubernetes.Interface, tools Tools, tls ListenerCA, extra ...string) error {
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}},
-		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("namespace %s: %w", Namespace, err)
-	}
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: TLSSecret, Namespace: Namespace},
-		Type:       corev1.SecretTypeTLS,
-		Data:       map[string][]byte{"tls.crt": tls.Pair.CertPEM, "tls.key": tls.Pair.KeyPEM, "ca.crt": tls.CA.CertPEM},
-	}
-	if _, err := kube.CoreV1().Secrets(Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("secret %s: %w", TLSSecret, err)
+	if err := CreateTLSSecret(ctx, kube, tls); err != nil {
+		return err
 	}
 	args := append([]string{
 		"helm install " + Release + " charts/bloodraven --namespace " + Namespace,
@@ -114,4 +105,24 @@ func InstallChart(ctx context.Context, kube kubernetes.Interface, tools Tools, t
 	}
 	_, err := tools.Run(ctx, 4*time.Minute, fmt.Sprintf("kubectl --namespace %s rollout status deployment/%s --timeout=4m", Namespace, Release))
 	return err
+}
+
+// CreateTLSSecret makes the listener's Secret (tls.crt, tls.key and the
+// CA's ca.crt) in the release's namespace, creating the namespace if it is
+// missing: what the chart's auxiliary.escrowTLS.existingSecret expects
+// before helm install.
+func CreateTLSSecret(ctx context.Context, kube kubernetes.Interface, tls ListenerCA) error {
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("namespace %s: %w", Namespace, err)
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: TLSSecret, Namespace: Namespace},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{"tls.crt": tls.Pair.CertPEM, "tls.key": tls.Pair.KeyPEM, "ca.crt": tls.CA.CertPEM},
+	}
+	if _, err := kube.CoreV1().Secrets(Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("secret %s: %w", TLSSecret, err)
+	}
+	return nil
 }

@@ -97,9 +97,11 @@ func run(name string, args ...string) ([]byte, error) {
 	return out, nil
 }
 
-// savedSysctlsFile is where Prepare writes the host's values: a Teardown
-// after a crash still restores them.
-func (l Layout) savedSysctlsFile() string { return l.State("sysctls.json") }
+// savedSysctlsFile is where Prepare writes the host's values: beside the
+// lock, not in the state directory, so that a Teardown after a crash
+// restores them whichever state directory the crashed node had (the node
+// suite's is a fresh temporary one each run).
+func (l Layout) savedSysctlsFile() string { return "/run/bloodraven-node.sysctls.json" }
 
 // Prepare makes the host ready for a node: it saves and sets the kernel
 // settings, creates the bridge with NodeIP, installs the guard chain and

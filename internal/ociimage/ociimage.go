@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"sort"
 	"strings"
 	"time"
 
@@ -37,6 +38,10 @@ type Spec struct {
 	Description, Source string
 	// Args are the entrypoint's default arguments (the image's Cmd).
 	Args []string
+	// Also are more static binaries shipped beside it in /usr/local/bin
+	// (on the image's PATH), by file name: the path of each on this
+	// machine. A migration image carries bloodraven-deploy beside its tool.
+	Also map[string]string
 }
 
 // Entrypoint is the path of the binary in the image.
@@ -135,6 +140,20 @@ func rootfs(s Spec, bin []byte) ([]byte, error) {
 		func() error { return dir("usr/local", 0o755) },
 		func() error { return dir("usr/local/bin", 0o755) },
 		func() error { return file(path.Join("usr/local/bin", s.Name), 0o755, bin) },
+	}
+	names := make([]string, 0, len(s.Also))
+	for name := range s.Also {
+		names = append(names, name)
+	}
+	sort.Strings(names) // the same layer, byte for byte, every build
+	for _, name := range names {
+		steps = append(steps, func() error {
+			body, err := os.ReadFile(s.Also[name])
+			if err != nil {
+				return err
+			}
+			return file(path.Join("usr/local/bin", name), 0o755, body)
+		})
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {

@@ -107,3 +107,41 @@ func TestBuildRefusesAnIncompleteSpec(t *testing.T) {
 		})
 	}
 }
+
+// Also ships more binaries beside the entrypoint, each executable in
+// /usr/local/bin, and the image stays the same, byte for byte, build to
+// build (the map's order does not leak into the layer).
+func TestAlsoShipsMoreBinariesBesideTheEntrypoint(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	s := Spec{Binary: write("migrate", "migrate-bytes"), Name: "migrate", Version: "1",
+		Also: map[string]string{"bloodraven-deploy": write("bd", "deploy-bytes"), "zz": write("zz", "zz-bytes")}}
+	img, err := Build(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"usr/local/bin/migrate": "migrate-bytes",
+		"usr/local/bin/bloodraven-deploy": "deploy-bytes", "usr/local/bin/zz": "zz-bytes"} {
+		got, hdr, err := Extract(img, name)
+		if err != nil || string(got) != want || hdr.Mode&0o111 == 0 {
+			t.Errorf("%s: %q (%v), want %q executable", name, got, err, want)
+		}
+	}
+	for range 5 {
+		again, err := Build(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d1, _ := img.Digest()
+		d2, _ := again.Digest()
+		if d1 != d2 {
+			t.Fatalf("two builds of one spec: digests %s and %s", d1, d2)
+		}
+	}
+}
