@@ -276,6 +276,13 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 			return err
 		}
 		tlsServer.HandleDeploy(api.Handler())
+		// On SIGTERM, held GETs answer at once: the listener drains, the
+		// leader Lease is released and the other replica takes over
+		// within its retry period (docs/operator.md, "Stopping").
+		go func() {
+			<-ctx.Done()
+			api.Drain()
+		}()
 	}
 
 	aux := &server.AuxServer{

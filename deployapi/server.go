@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,7 +73,18 @@ type Server struct {
 	router  *httprouter.Router
 	// holding counts the lease GETs held right now.
 	holding atomic.Int64
+	// draining is closed by Drain: held GETs answer at once.
+	draining  chan struct{}
+	drainOnce sync.Once
 }
+
+// Drain answers every held lease GET at once with the lease as it stands,
+// and every later one without holding it: the process is stopping. Call it
+// when the operator begins to stop (SIGTERM), before the listener drains:
+// a held GET would otherwise keep the listener, and with it the leader
+// Lease, for up to its whole wait, while the Service already routes to no
+// one. Safe to call more than once.
+func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 
 // New builds the API. Its Handler answers under PathPrefix.
 func New(cfg Config) (*Server, error) {
@@ -92,14 +104,15 @@ func New(cfg Config) (*Server, error) {
 		cfg.Databases = cfg.API
 	}
 	s := &Server{
-		cfg:    cfg,
-		api:    cfg.API,
-		dbs:    cfg.Databases,
-		leases: cfg.Leases,
-		clock:  cfg.Clock,
-		authn:  newAuthenticator(cfg.Kube, cfg.Audience, cfg.Clock, cfg.AuthCacheTTL, cfg.AuthCacheSize),
-		fair:   newFairShare(cfg.FairShare),
-		log:    cfg.Log,
+		draining: make(chan struct{}),
+		cfg:      cfg,
+		api:      cfg.API,
+		dbs:      cfg.Databases,
+		leases:   cfg.Leases,
+		clock:    cfg.Clock,
+		authn:    newAuthenticator(cfg.Kube, cfg.Audience, cfg.Clock, cfg.AuthCacheTTL, cfg.AuthCacheSize),
+		fair:     newFairShare(cfg.FairShare),
+		log:      cfg.Log,
 	}
 	m, err := newMetrics(cfg.Metrics, cfg.Leases, cfg.Groups, cfg.Clock)
 	if err != nil {

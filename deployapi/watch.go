@@ -67,7 +67,8 @@ func preferWait(values []string) time.Duration {
 
 // watch answers the lease's state; held, it answers once the state is no
 // longer a 200 (confirmed on fresh reads), when the wait ends (200, the
-// lease as it stands), when this replica stops leading (503), or when the
+// lease as it stands), when this replica stops leading (503), when the
+// process begins to stop (Drain: 200, the lease as it stands), or when the
 // caller goes away. It never writes.
 func (s *Server) watch(r *http.Request, c *call, g *v1.MysqlFailoverGroup) result {
 	ctx := r.Context()
@@ -81,6 +82,11 @@ func (s *Server) watch(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 		s.metrics.waitsNotHeld.WithLabelValues(c.route).Inc()
 		return res
 	}
+	select {
+	case <-s.draining:
+		return res // stopping: the state as it stands, at once (Drain)
+	default:
+	}
 	deadline := s.clock.Now().Add(c.wait)
 	s.holding.Add(1)
 	defer s.holding.Add(-1)
@@ -92,6 +98,8 @@ func (s *Server) watch(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 		select {
 		case <-ctx.Done():
 			return fail(ctx.Err())
+		case <-s.draining:
+			return res
 		case <-tick.C:
 		}
 		if !s.cfg.IsLeader() {

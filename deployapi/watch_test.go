@@ -202,6 +202,36 @@ func TestHeldLeaseGetEndsWithLeadershipAndWithItsWait(t *testing.T) {
 	}
 }
 
+// A stopping operator (Drain, on SIGTERM) answers its held lease GETs at
+// once with the lease as it stands, and holds no new one: a held GET would
+// keep the listener, and the leader Lease with it, for its whole wait,
+// while the Service already routes to no one (the node suite's leader
+// deletion lost a 30-s lease that way).
+func TestDrainAnswersHeldLeaseGetsAtOnce(t *testing.T) {
+	f := newFixture(t)
+	g := f.grant("migration", "op-d", http.StatusCreated)
+	waitCached(t, f, leases.MigrationName("playground"), g)
+	answered := make(chan response, 2)
+	go func() { answered <- f.watchLease(f.srv, "migration", "op-d", g.str("token"), 30) }()
+	f.waitHeld(f.srv, 1)
+	f.srv.Drain()
+	f.srv.Drain() // idempotent
+	select {
+	case r := <-answered:
+		if r.status != http.StatusOK || r.str("operationId") != "op-d" {
+			t.Fatalf("a held GET ended with %d %s on Drain, want 200 and the lease", r.status, r.raw)
+		}
+	case <-time.After(2 * time.Second):
+		f.clock.Step(31 * time.Second) // end the wait, or the listener's Close waits on it
+		t.Fatal("a held GET outlived Drain")
+	}
+	start := time.Now()
+	r := f.watchLease(f.srv, "migration", "op-d", g.str("token"), 30)
+	if r.status != http.StatusOK || time.Since(start) > 2*time.Second {
+		t.Fatalf("a GET after Drain: %d after %s, want 200 at once", r.status, time.Since(start))
+	}
+}
+
 // A held lease GET costs the API server nothing while it waits: no request
 // from the API's clients (counted at the client), and no change in the API
 // server's own apiserver_request_total for the resources the API reads.

@@ -66,6 +66,7 @@ func ensureChart(t *testing.T) clusterenv.ListenerCA {
 	if installed != nil {
 		return *installed
 	}
+	resetRelease(t) // a test that failed half-way may have left one
 	tls, err := clusterenv.NewListenerCA(time.Now())
 	if err != nil {
 		t.Fatal(err)

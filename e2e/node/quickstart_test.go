@@ -209,6 +209,9 @@ func startQuickstartSites(t *testing.T, ports [2]int) {
 // it, as the Job's comment says to build one; imported under that name.
 func importJobImage(t *testing.T) string {
 	t.Helper()
+	if jobImage != "" {
+		return jobImage
+	}
 	job, err := os.ReadFile(filepath.Join(root, "examples", "pipelines", "job.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -231,8 +234,12 @@ func importJobImage(t *testing.T) string {
 		t.Fatal(err)
 	}
 	importImage(t, img, ref)
+	jobImage = ref
 	return ref
 }
+
+// jobImage is the image importJobImage imported.
+var jobImage string
 
 // importAs imports a docker-archive tarball and names its image ref in the
 // node's containerd: what pushing it to the cluster's registry would do.
