@@ -89,11 +89,17 @@ func NewListenerCA(now time.Time) (ListenerCA, error) {
 // address), the webhooks' caBundle, and extra --set flags; then it waits
 // for the rollout.
 func InstallChart(ctx context.Context, kube kubernetes.Interface, tools Tools, tls ListenerCA, extra ...string) error {
+	return InstallChartFrom(ctx, kube, tools, tls, "charts/bloodraven", extra...)
+}
+
+// InstallChartFrom is InstallChart of the chart at path (relative to the
+// checkout, or absolute): an earlier release's, for an upgrade.
+func InstallChartFrom(ctx context.Context, kube kubernetes.Interface, tools Tools, tls ListenerCA, path string, extra ...string) error {
 	if err := CreateTLSSecret(ctx, kube, tls); err != nil {
 		return err
 	}
 	args := append([]string{
-		"helm install " + Release + " charts/bloodraven --namespace " + Namespace,
+		"helm install " + Release + " " + path + " --namespace " + Namespace,
 		"--set replicas=2",
 		"--set auxiliary.deployAPI.enabled=true",
 		"--set auxiliary.deployAPI.networkPolicy.enabled=true",
