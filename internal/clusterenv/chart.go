@@ -109,8 +109,37 @@ func InstallChartFrom(ctx context.Context, kube kubernetes.Interface, tools Tool
 	if _, err := tools.Run(ctx, 3*time.Minute, strings.Join(args, " ")); err != nil {
 		return err
 	}
-	_, err := tools.Run(ctx, 4*time.Minute, fmt.Sprintf("kubectl --namespace %s rollout status deployment/%s --timeout=4m", Namespace, Release))
-	return err
+	if _, err := tools.Run(ctx, 4*time.Minute, fmt.Sprintf("kubectl --namespace %s rollout status deployment/%s --timeout=4m", Namespace, Release)); err != nil {
+		return err
+	}
+	return waitWebhooks(ctx, tools)
+}
+
+// webhookProbe is a group whose dry-run create the API server sends to the
+// release's validating webhook.
+const webhookProbe = `apiVersion: bloodraven.shipstream.io/v1alpha1
+kind: MysqlFailoverGroup
+metadata: {name: webhook-probe, namespace: ` + Namespace + `}
+spec:
+  sites: [{name: iad}, {name: pdx}]
+`
+
+// waitWebhooks waits until the API server reaches the release's webhooks
+// through their Service: a rolled-out Deployment is not yet routed to
+// (kube-proxy and the NetworkPolicy engine program its Pods a moment
+// later), and a create in that moment fails with "failed calling webhook".
+func waitWebhooks(ctx context.Context, tools Tools) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, err := tools.Run(ctx, 30*time.Second, "kubectl create --dry-run=server -o name -f - <<'EOF'\n"+webhookProbe+"EOF")
+		if err == nil || strings.Contains(out, "denied the request") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the API server does not reach the webhooks a minute after the rollout: %w", err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // CreateTLSSecret makes the listener's Secret (tls.crt, tls.key and the
