@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
@@ -44,19 +45,7 @@ func newRunScene(t *testing.T, ns string, ca []byte) *runScene {
 	t.Helper()
 	ctx := context.Background()
 	rs := &runScene{ns: ns, ports: [2]int{testenv.FreePort(t), testenv.FreePort(t)}}
-	var sites []*mariadblocal.Server
-	for i, name := range []string{"iad", "pdx"} {
-		s, err := mariadblocal.StartOn(ctx, filepath.Join(t.TempDir(), name), name, rs.ports[i], i+1, sceneUser, scenePassword, node.NodeIP)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Kill)
-		sites = append(sites, s)
-	}
-	if err := sites[1].ReplicateFrom(ctx, sites[0]); err != nil {
-		t.Fatal(err)
-	}
-	rs.iad = sites[0]
+	rs.iad = startSites(t, rs.ports, sceneUser, scenePassword)
 	root, err := rs.iad.Root()
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +109,7 @@ func (rs *runScene) runPod(t *testing.T, op string, ttl int, hold time.Duration)
 			}},
 			Volumes: []corev1.Volume{{Name: "deploy", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 				Sources: []corev1.VolumeProjection{
-					{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: "bloodraven-deploy", ExpirationSeconds: ptrTo(int64(3600)), Path: "token"}},
+					{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: "bloodraven-deploy", ExpirationSeconds: ptr.To[int64](3600), Path: "token"}},
 					{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "bloodraven-ca"},
 						Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
 				}}}}},
@@ -130,8 +119,6 @@ func (rs *runScene) runPod(t *testing.T, op string, ttl int, hold time.Duration)
 		t.Fatal(err)
 	}
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // waitRuns waits until every Pod of ops has ended and fails the test for
 // each that did not exit 0, with its log.
@@ -210,29 +197,15 @@ func (rs *runScene) checkIntervals(t *testing.T, want int) []interval {
 	return got
 }
 
-// leaderPod is the name and address of the release's Pod that carries the
-// leader label (the leader-only Service's selector).
-func leaderPod(t *testing.T) (string, string) {
+// leaderPod is the release's running Pod that carries the leader label
+// (the leader-only Service's selector), if exactly one does.
+func leaderPod(t *testing.T) (name, ip string) {
 	t.Helper()
-	pods, err := kube.CoreV1().Pods(releaseNS).List(context.Background(), metav1.ListOptions{
-		LabelSelector: "app.kubernetes.io/name=bloodraven,bloodraven.shipstream.io/leader=true"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil {
-			names = append(names, p.Name+" "+p.Status.PodIP)
-		}
-	}
-	if len(names) != 1 {
+	pods := operatorPodList(t, ",bloodraven.shipstream.io/leader=true")
+	if len(pods) != 1 {
 		return "", ""
 	}
-	f := strings.Fields(names[0])
-	if len(f) != 2 {
-		return f[0], ""
-	}
-	return f[0], f[1]
+	return pods[0].Name, pods[0].Status.PodIP
 }
 
 // serviceEndpoints are the ready addresses behind Service name.
@@ -289,7 +262,8 @@ func TestALeaderPodDeletedDuringARunHandsOverThroughTheService(t *testing.T) {
 	// run-a's command has started (it holds the mutex) before run-b asks.
 	waitStarted(t, rs, "run-a")
 	rs.runPod(t, "run-b", 30, 3*time.Second)
-	time.Sleep(3 * time.Second)
+	// run-b asks, and waits behind run-a, before the leader goes.
+	waitLog(t, rs.ns, "run-b", "acquiring the migration mutex")
 	oldLog := followLog(t, oldLeader)
 	if err := kube.CoreV1().Pods(releaseNS).Delete(context.Background(), oldLeader, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -402,17 +376,45 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // operatorPods are the names of the release's running operator Pods.
 func operatorPods(t *testing.T) []string {
 	t.Helper()
-	pods, err := kube.CoreV1().Pods(releaseNS).List(context.Background(), metav1.ListOptions{
-		LabelSelector: "app.kubernetes.io/name=bloodraven,app.kubernetes.io/component!=test"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var names []string
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
-			names = append(names, p.Name)
-		}
+	for _, p := range operatorPodList(t, "") {
+		names = append(names, p.Name)
 	}
 	sort.Strings(names)
 	return names
+}
+
+// operatorPodList is the release's operator Pods (not helm test's) that
+// run and are not being deleted, narrowed by the label selector more
+// (",key=value").
+func operatorPodList(t *testing.T, more string) []corev1.Pod {
+	t.Helper()
+	pods, err := kube.CoreV1().Pods(releaseNS).List(context.Background(), metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/name=bloodraven,app.kubernetes.io/component!=test" + more})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// waitLog waits until pod ns/name's log contains want.
+func waitLog(t *testing.T, ns, name, want string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out, _ := shErr(time.Minute, fmt.Sprintf("kubectl --namespace %s logs %s", ns, name))
+		if strings.Contains(out, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/%s did not log %q within 2 minutes:\n%s", ns, name, want, tail(out, 20))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

@@ -95,18 +95,12 @@ func TestTheDeployAPINetworkPolicyIsEnforced(t *testing.T) {
 	probePod(t, "np-unlabelled", "client", map[string]string{clientLabel: "true"})
 	probePod(t, "np-unlabelled", "sidecar", map[string]string{"app.kubernetes.io/name": "mysql", "app.kubernetes.io/managed-by": "bloodraven"})
 
-	pods, err := kube.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=bloodraven,app.kubernetes.io/component!=test"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var operators []string
-	for _, p := range pods.Items {
-		if p.Status.PodIP != "" && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
-			operators = append(operators, p.Status.PodIP)
-		}
+	for _, p := range operatorPodList(t, "") {
+		operators = append(operators, p.Status.PodIP)
 	}
 	if len(operators) != 2 {
-		t.Fatalf("want the 2 operator replicas running, got %d of %d Pods", len(operators), len(pods.Items))
+		t.Fatalf("want the 2 operator replicas running, got %d", len(operators))
 	}
 	type peer struct {
 		ns, name string

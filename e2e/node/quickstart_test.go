@@ -15,7 +15,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1image "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
@@ -73,7 +72,8 @@ func TestTheREADMEQuickstartRunsOnTheNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	ports := [2]int{testenv.FreePort(t), testenv.FreePort(t)}
-	startQuickstartSites(t, ports)
+	// The account orders.yaml's Secret names.
+	startSites(t, ports, "bloodraven", "change-me")
 	t.Logf("the Job's image %s: built and imported", importJobImage(t))
 	tls, err := clusterenv.NewListenerCA(time.Now())
 	if err != nil {
@@ -185,23 +185,18 @@ func TestTheREADMEQuickstartRunsOnTheNode(t *testing.T) {
 	installed = &tls
 }
 
-// startQuickstartSites starts the quickstart group's two sites, with the
-// account its Secret names, on loopback and the node's address.
-func startQuickstartSites(t *testing.T, ports [2]int) {
+// startSites starts a group's two sites with the account user/password
+// (clusterenv.StartSites); the test's cleanup kills them.
+func startSites(t *testing.T, ports [2]int, user, password string) *mariadblocal.Server {
 	t.Helper()
-	var sites []*mariadblocal.Server
-	for i, name := range []string{"iad", "pdx"} {
-		s, err := mariadblocal.StartOn(context.Background(), filepath.Join(t.TempDir(), name), name, ports[i], i+1,
-			"bloodraven", "change-me", node.NodeIP)
-		if err != nil {
-			t.Fatal(err)
-		}
+	sites, err := clusterenv.StartSites(context.Background(), t.TempDir(), ports, user, password)
+	for _, s := range sites {
 		t.Cleanup(s.Kill)
-		sites = append(sites, s)
 	}
-	if err := sites[1].ReplicateFrom(context.Background(), sites[0]); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
+	return sites[0]
 }
 
 // importJobImage builds the image examples/pipelines/job.yaml names: the
@@ -268,20 +263,15 @@ func importImage(t *testing.T, img v1image.Image, ref string) {
 	}
 }
 
-// waitBootstrapped waits until the group has a topology generation and no
-// transition.
+// waitBootstrapped waits until the group is bootstrapped
+// (clusterenv.WaitBootstrapped).
 func waitBootstrapped(t *testing.T, ns, group string) {
 	t.Helper()
 	c, err := client.New(nd.Admin, client.Options{Scheme: bloodravenscheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &v1.MysqlFailoverGroup{}
-	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: group}, g)
-		return err == nil && g.Status.TopologyGeneration >= 1 && g.Status.Transition == nil, nil
-	})
-	if err != nil {
-		t.Fatalf("group %s/%s not bootstrapped after 2 minutes: %v (status %+v)", ns, group, err, g.Status)
+	if _, err := clusterenv.WaitBootstrapped(context.Background(), c, client.ObjectKey{Namespace: ns, Name: group}, 2*time.Minute); err != nil {
+		t.Fatal(err)
 	}
 }

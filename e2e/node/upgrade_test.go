@@ -169,7 +169,22 @@ func TestAnUpgradeFromThePreviousReleaseKeepsLeasesAndTombstones(t *testing.T) {
 		t.Logf("$ %s\n%s", line, tail(sh(t, 4*time.Minute, line), 10))
 	}
 	sh(t, 4*time.Minute, fmt.Sprintf("kubectl --namespace %s rollout status deployment/%s --timeout=4m", releaseNS, release))
-	time.Sleep(5 * time.Second) // a crash loop shows within seconds
+	after := leaseNames(t, rs.ns)
+	t.Logf("0.2.0: deployment Leases in %s: %v", rs.ns, after)
+	for _, n := range before {
+		if !slices.Contains(after, n) {
+			t.Errorf("the upgrade lost the deployment Lease %s", n)
+		}
+	}
+	r, err := renew(api, "live-op", liveToken)
+	if err != nil || r.Status != http.StatusOK {
+		t.Fatalf("0.2.0: renewing the lease granted by 0.1.0: %d %s (%v)", r.Status, r.Raw, err)
+	}
+	expectRevoked("0.2.0")
+	if out, err := shErr(time.Minute, "kubectl get crd deployruns.bloodraven.shipstream.io"); err != nil {
+		t.Errorf("the DeployRun CRD after the upgrade: %v\n%s", err, out)
+	}
+	// Checked last: a crash loop has had the checks above to show.
 	pods, err := kube.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=bloodraven,app.kubernetes.io/component!=test"})
 	if err != nil {
 		t.Fatal(err)
@@ -187,21 +202,6 @@ func TestAnUpgradeFromThePreviousReleaseKeepsLeasesAndTombstones(t *testing.T) {
 		if !strings.HasSuffix(p.Spec.Containers[0].Image, ":0.2.0") {
 			t.Errorf("after the upgrade, %s runs %s", p.Name, p.Spec.Containers[0].Image)
 		}
-	}
-	after := leaseNames(t, rs.ns)
-	t.Logf("0.2.0: deployment Leases in %s: %v", rs.ns, after)
-	for _, n := range before {
-		if !slices.Contains(after, n) {
-			t.Errorf("the upgrade lost the deployment Lease %s", n)
-		}
-	}
-	r, err := renew(api, "live-op", liveToken)
-	if err != nil || r.Status != http.StatusOK {
-		t.Fatalf("0.2.0: renewing the lease granted by 0.1.0: %d %s (%v)", r.Status, r.Raw, err)
-	}
-	expectRevoked("0.2.0")
-	if out, err := shErr(time.Minute, "kubectl get crd deployruns.bloodraven.shipstream.io"); err != nil {
-		t.Errorf("the DeployRun CRD after the upgrade: %v\n%s", err, out)
 	}
 	if r, err := api.Send(http.MethodDelete, "/deploy/v1/groups/"+sceneGroup+"/leases/migration/live-op", nil,
 		"X-Lease-Token", liveToken); err != nil || r.Status != http.StatusNoContent {

@@ -119,19 +119,43 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	return c, nil
 }
 
-// startSites starts iad and pdx (pdx replicating from iad) listening on
-// loopback and on the node's address, which the Pods reach.
+// startSites starts the playground's sites (StartSites) under the state
+// directory.
 func (c *Cluster) startSites(ctx context.Context, layout node.Layout, ports [2]int) error {
 	c.logf(">> starting MariaDB sites iad (%s:%d) and pdx (%s:%d)", node.NodeIP, ports[0], node.NodeIP, ports[1])
+	sites, err := StartSites(ctx, layout.State("mysql"), ports, devenv.MySQLUser, devenv.MySQLPassword)
+	c.Sites = sites
+	return err
+}
+
+// StartSites starts a group's two sites, iad and pdx, in dir/iad and
+// dir/pdx, on loopback and on the node's address (which the Pods reach),
+// with the administrative account user/password; pdx replicates from iad.
+// On error the servers started so far are returned for the caller to stop.
+func StartSites(ctx context.Context, dir string, ports [2]int, user, password string) ([]*mariadblocal.Server, error) {
+	var sites []*mariadblocal.Server
 	for i, name := range []string{"iad", "pdx"} {
-		s, err := mariadblocal.StartOn(ctx, layout.State("mysql", name), name, ports[i], i+1,
-			devenv.MySQLUser, devenv.MySQLPassword, node.NodeIP)
+		s, err := mariadblocal.StartOn(ctx, filepath.Join(dir, name), name, ports[i], i+1, user, password, node.NodeIP)
 		if err != nil {
-			return err
+			return sites, err
 		}
-		c.Sites = append(c.Sites, s)
+		sites = append(sites, s)
 	}
-	return c.Sites[1].ReplicateFrom(ctx, c.Sites[0])
+	return sites, sites[1].ReplicateFrom(ctx, sites[0])
+}
+
+// WaitBootstrapped waits until the group has a topology generation and no
+// transition, and returns it.
+func WaitBootstrapped(ctx context.Context, c client.Client, key client.ObjectKey, timeout time.Duration) (*v1.MysqlFailoverGroup, error) {
+	g := &v1.MysqlFailoverGroup{}
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, key, g)
+		return err == nil && g.Status.TopologyGeneration >= 1 && g.Status.Transition == nil, nil
+	})
+	if err != nil {
+		return g, fmt.Errorf("group %s not bootstrapped after %s: %w (status %+v)", key, timeout, err, g.Status)
+	}
+	return g, nil
 }
 
 // createScene creates the playground's group and database (DESIGN.md §8),
@@ -165,13 +189,9 @@ func (c *Cluster) createScene(ctx context.Context, ports [2]int) error {
 			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
 		}
 	}
-	got := &v1.MysqlFailoverGroup{}
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := cl.Get(ctx, client.ObjectKeyFromObject(g), got)
-		return err == nil && got.Status.TopologyGeneration >= 1 && got.Status.Transition == nil, nil
-	})
+	got, err := WaitBootstrapped(ctx, cl, client.ObjectKeyFromObject(g), 2*time.Minute)
 	if err != nil {
-		return fmt.Errorf("group %s/%s not bootstrapped after 2 minutes: %w (kubectl -n %s logs deploy/%s)", ns, g.Name, err, Namespace, Release)
+		return fmt.Errorf("%w (kubectl -n %s logs deploy/%s)", err, Namespace, Release)
 	}
 	c.logf(">> group %s/%s bootstrapped: active site %s, topologyGeneration %d", ns, g.Name, got.Status.ActiveSite, got.Status.TopologyGeneration)
 	return nil
