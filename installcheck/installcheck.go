@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,7 +45,7 @@ func Run(ctx context.Context, c Config) error {
 	}
 	var first error
 	for _, ch := range checks {
-		msg, err := ch.run(ctx, c)
+		msg, err := untilDecided(ctx, c, ch.run)
 		if err != nil {
 			fmt.Fprintf(c.Out, "FAIL %s: %v\n", ch.name, err)
 			if first == nil {
@@ -55,6 +56,25 @@ func Run(ctx context.Context, c Config) error {
 		fmt.Fprintf(c.Out, "ok   %s: %s\n", ch.name, msg)
 	}
 	return first
+}
+
+// untilDecided runs check again, once a second until ctx ends, while the
+// API server could not call the webhooks at all: right after a rollout the
+// webhooks' Service may not route to the new Pods yet (kube-proxy and the
+// NetworkPolicy engine program them a moment later), which is not the
+// misconfiguration the check looks for. Any other answer is final.
+func untilDecided(ctx context.Context, c Config, check func(context.Context, Config) (string, error)) (string, error) {
+	for {
+		msg, err := check(ctx, c)
+		if err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+			return msg, err
+		}
+		select {
+		case <-ctx.Done():
+			return msg, err
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 func checkStatus(ctx context.Context, c Config) (string, error) {
