@@ -95,14 +95,15 @@ func grantUntil(t *testing.T, api *scene.Client, op string) string {
 	}
 }
 
-// renew renews op, sent again while the answer is 503 not_leader (0.1.0's
-// Service routes to the follower too; a client retries it).
+// renew renews op, sent again, as a client does, while the answer is 503
+// not_leader (0.1.0's Service routes to the follower too) or the connection
+// is refused (right after a rollout the Service routes to no one yet).
 func renew(api *scene.Client, op, token string) (scene.Response, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r, err := api.Send(http.MethodPut, "/deploy/v1/groups/"+sceneGroup+"/leases/migration/"+op,
 			map[string]any{"token": token, "ttlSeconds": 600})
-		if err != nil || r.Status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+		if (err == nil && r.Status != http.StatusServiceUnavailable) || time.Now().After(deadline) {
 			return r, err
 		}
 		time.Sleep(200 * time.Millisecond)
