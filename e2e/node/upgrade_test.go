@@ -57,10 +57,21 @@ func checkoutPreviousRelease(t *testing.T) string {
 }
 
 // apiFromHost is a client of the release's deployment API from this
-// machine: the leader-only Service's name through the cluster's DNS,
-// kube-proxy, the listener's CA (the NetworkPolicy admits the node's own
-// addresses), with a fresh token of ns/deploy.
+// machine (hostHTTP) with a fresh token of ns/deploy.
 func apiFromHost(t *testing.T, ca []byte, ns string) *scene.Client {
+	t.Helper()
+	token := strings.TrimSpace(sh(t, time.Minute, fmt.Sprintf("kubectl --namespace %s create token deploy --audience bloodraven-deploy --duration 1h", ns)))
+	return scene.ForURL(apiURL, hostHTTP(t, ca), token)
+}
+
+// apiURL is the release's deployment API by its Service's name.
+const apiURL = "https://" + release + "." + releaseNS + ".svc.cluster.local:8443"
+
+// hostHTTP is an HTTP client on this machine for the release's deployment
+// API: the leader-only Service's name through the cluster's DNS,
+// kube-proxy, the listener's CA (the NetworkPolicy admits the node's own
+// addresses).
+func hostHTTP(t *testing.T, ca []byte) *http.Client {
 	t.Helper()
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(ca) {
@@ -72,8 +83,7 @@ func apiFromHost(t *testing.T, ca []byte, ns string) *scene.Client {
 	// A connection per request: 0.1.0's Service routes to both replicas,
 	// and a retry after the follower's 503 must be able to reach the leader.
 	tr.DisableKeepAlives = true
-	token := strings.TrimSpace(sh(t, time.Minute, fmt.Sprintf("kubectl --namespace %s create token deploy --audience bloodraven-deploy --duration 1h", ns)))
-	return scene.ForURL("https://"+release+"."+releaseNS+".svc.cluster.local:8443", hc, token)
+	return hc
 }
 
 // grantUntil POSTs a migration grant until it is answered 201 (a group
