@@ -82,8 +82,24 @@ func retryPause(err error, ttl time.Duration) time.Duration {
 	return min(max(retry, notLeaderRetry), ttl/3)
 }
 
+// minRenewAttempt is the least time a renewal attempt is given (unless less
+// is left before the loss moment).
+const minRenewAttempt = time.Second
+
+// renewAttempt is how long one renewal attempt may take when budget is
+// left before the loss moment: half of it (at least minRenewAttempt), so
+// that an attempt lost in the network leaves time for another on a new
+// connection. A replica that goes away (a rolling restart, a deleted
+// leader Pod) can leave a request without any answer: a connection to an
+// address that no longer exists, which the Service still routed to a
+// moment ago. Given the whole budget, that one attempt would lose the
+// lease.
+func renewAttempt(budget time.Duration) time.Duration {
+	return max(budget/2, min(budget, minRenewAttempt))
+}
+
 // renewNow sends one renewal of l, serialized with its other requests, cut
-// off at its loss moment, and applies the answer: a confirmation moves the
+// off at half the time left before its loss moment (renewAttempt), and applies the answer: a confirmation moves the
 // deadline, a terminal answer loses the session. phase, on the migration
 // lease, is sent (empty: the phase the session wants). An operator that
 // answers 400 to a phase is older than phases: the renewal is sent again
@@ -111,7 +127,7 @@ func (s *Session) renewNow(ctx context.Context, l *lease, phase Phase) (classifi
 	if l.kind != KindMigration {
 		phase = ""
 	}
-	rctx, cancel := context.WithTimeout(ctx, lossAt.Sub(r.sent))
+	rctx, cancel := context.WithTimeout(ctx, renewAttempt(lossAt.Sub(r.sent)))
 	defer cancel()
 	ttlSeconds := int64(s.cfg.TTL / time.Second)
 	r.lease, r.err = s.client().Renew(rctx, s.cfg.Group, l.kind, s.cfg.OperationID, token, ttlSeconds, phase)

@@ -90,10 +90,16 @@ func (f *fakeClock) pending() int {
 // scripted by grant: what the n-th POST of a kind answers.
 type fakeAPI struct {
 	// live: the observation lists the operation's migration lease.
-	live   bool
-	mu     sync.Mutex
-	posts  map[string]int
-	grant  func(kind string, n int, w http.ResponseWriter) bool // false: default answer
+	live  bool
+	mu    sync.Mutex
+	posts map[string]int
+	grant func(kind string, n int, w http.ResponseWriter) bool // false: default answer
+	// renew, when set, is asked first about the n-th PUT of a kind: true
+	// means it answered (or never will).
+	renew func(kind string, n int, w http.ResponseWriter, r *http.Request) bool
+	puts  map[string]int
+	// ttl is the ttlSeconds every answer names; default 30.
+	ttl    int
 	calls  []string
 	bodies []string
 }
@@ -106,7 +112,11 @@ func (a *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	lease := func(kind string, status int, token bool) {
-		m := map[string]any{"kind": kind, "operationId": "op", "instance": "db", "expiresAt": "2026-12-01T00:00:30Z", "topologyGeneration": 1, "ttlSeconds": 30}
+		ttl := a.ttl
+		if ttl == 0 {
+			ttl = 30
+		}
+		m := map[string]any{"kind": kind, "operationId": "op", "instance": "db", "expiresAt": "2026-12-01T00:00:30Z", "topologyGeneration": 1, "ttlSeconds": ttl}
 		if token {
 			m["token"] = "lease-token-" + kind
 		}
@@ -136,6 +146,16 @@ func (a *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		kind := "migration"
 		if strings.Contains(r.URL.Path, "/failover-hold/") {
 			kind = "failover-hold"
+		}
+		a.mu.Lock()
+		if a.puts == nil {
+			a.puts = map[string]int{}
+		}
+		a.puts[kind]++
+		n := a.puts[kind]
+		a.mu.Unlock()
+		if a.renew != nil && a.renew(kind, n, w, r) {
+			return
 		}
 		lease(kind, http.StatusOK, false)
 	case r.Method == http.MethodDelete:
@@ -494,6 +514,58 @@ func TestOnlyAnAttemptThatMayHaveBeenWrittenIsAmbiguous(t *testing.T) {
 	for name, tc := range cases {
 		if got := ambiguousAnswer(tc.err); got != tc.want {
 			t.Errorf("%s: ambiguous = %v, want %v", name, got, tc.want)
+		}
+	}
+}
+
+// A renewal that gets no answer at all (sent to a replica that went away,
+// on an address the Service routed to a moment before) is given half the
+// time left before the loss moment, then sent again on a new connection:
+// the lease is kept. Given the whole budget, that one attempt lost it.
+func TestARenewalWithoutAnAnswerIsSentAgainBeforeTheLeaseIsLost(t *testing.T) {
+	api := &fakeAPI{ttl: 6, renew: func(kind string, n int, w http.ResponseWriter, r *http.Request) bool {
+		if kind != KindMigration || n != 1 {
+			return false
+		}
+		<-r.Context().Done() // no answer: the client gives up and closes the connection
+		return true
+	}}
+	cfg := fakeSession(t, api, RealClock{}, false)
+	cfg.TTL = 6 * time.Second
+	s, err := Acquire(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Release(context.Background(), nil) }()
+	// The first renewal goes at 2 s and gets no answer; the loss moment is
+	// at 6 s. Wait past it.
+	select {
+	case <-s.Lost():
+		t.Fatalf("the lease was lost: %v (renewals: %v)", s.Err(), api.requests())
+	case <-time.After(7 * time.Second):
+	}
+	if !s.Held() {
+		t.Fatalf("the lease is not held after 7 s (renewals: %v)", api.requests())
+	}
+	api.mu.Lock()
+	puts := api.puts[KindMigration]
+	api.mu.Unlock()
+	if puts < 2 {
+		t.Errorf("%d migration renewals sent, want the unanswered one and another", puts)
+	}
+}
+
+func TestARenewalAttemptGetsHalfTheTimeLeft(t *testing.T) {
+	for _, c := range []struct {
+		budget, want time.Duration
+	}{
+		{20 * time.Second, 10 * time.Second},
+		{4 * time.Second, 2 * time.Second},
+		{1500 * time.Millisecond, time.Second},
+		{600 * time.Millisecond, 600 * time.Millisecond},
+	} {
+		if got := renewAttempt(c.budget); got != c.want {
+			t.Errorf("renewAttempt(%s) = %s, want %s", c.budget, got, c.want)
 		}
 	}
 }

@@ -146,7 +146,15 @@ func TestTheREADMEQuickstartRunsOnTheNode(t *testing.T) {
 		if step.rewrite != nil {
 			cmdline = step.rewrite(line)
 		}
-		out := sh(t, 16*time.Minute, cmdline)
+		out, err := shErr(16*time.Minute, cmdline)
+		if err != nil {
+			if strings.HasPrefix(line, "helm test ") {
+				// The README's helm test prints no logs: show its checks.
+				logs, _ := shErr(time.Minute, "kubectl --namespace "+releaseNS+" logs "+release+"-test")
+				t.Logf("helm test's checks:\n%s", logs)
+			}
+			t.Fatal(err)
+		}
 		t.Logf("$ %s\n%s", cmdline, tail(out, 15))
 		if strings.Contains(line, " logs job/") {
 			jobLogs = out
