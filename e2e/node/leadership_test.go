@@ -144,12 +144,17 @@ func (rs *runScene) waitRuns(t *testing.T, timeout time.Duration, ops ...string)
 				break
 			}
 			if p.Status.Phase == corev1.PodFailed || time.Now().After(deadline) {
-				out, _ := shErr(time.Minute, fmt.Sprintf("kubectl --namespace %s logs --timestamps %s", rs.ns, op))
-				t.Fatalf("run %s: phase %s at %s, want Succeeded (exit 0); its log:\n%s", op, p.Status.Phase, time.Now().Format(time.TimeOnly), out)
+				t.Fatalf("run %s: phase %s at %s, want Succeeded (exit 0); its log:\n%s", op, p.Status.Phase, time.Now().Format(time.TimeOnly), rs.runLog(op))
 			}
 			time.Sleep(500 * time.Millisecond)
 		}
 	}
+}
+
+// runLog is the log of op's Pod, with timestamps (what a failed test shows).
+func (rs *runScene) runLog(op string) string {
+	out, _ := shErr(time.Minute, fmt.Sprintf("kubectl --namespace %s logs --timestamps %s", rs.ns, op))
+	return out
 }
 
 // interval is one command's run, by the database's clock.

@@ -216,8 +216,7 @@ func (rs *runScene) whileRunning(t *testing.T, op string, until time.Time) {
 			t.Fatal(err)
 		}
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			out, _ := shErr(time.Minute, fmt.Sprintf("kubectl --namespace %s logs --timestamps %s", rs.ns, op))
-			t.Fatalf("run %s ended (%s) at %s, too early; its log:\n%s", op, p.Status.Phase, time.Now().Format(time.TimeOnly), out)
+			t.Fatalf("run %s ended (%s) at %s, too early; its log:\n%s", op, p.Status.Phase, time.Now().Format(time.TimeOnly), rs.runLog(op))
 		}
 		time.Sleep(2 * time.Second)
 	}
