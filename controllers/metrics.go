@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/leases"
 )
 
 // Metrics of the controller. docs/metrics.md lists them with their labels;
@@ -83,9 +84,6 @@ func NewMetrics(reg prometheus.Registerer, clk clock.PassiveClock) (*Metrics, er
 // conditionTypes are exported by bloodraven_group_condition.
 var conditionTypes = []string{v1.ConditionReady, v1.ConditionDegraded, v1.ConditionSplitBrain, v1.ConditionNoPrimary, v1.ConditionAutomaticFailoverHeld}
 
-// revocationReasons are the wire reasons of a revocation.
-var revocationReasons = []string{"topology_changed", "operator_revoked"}
-
 // initGroup makes every series of a group exist, at zero, from its first
 // reconcile, so that rate() and increase() see the first event.
 func (m *Metrics) initGroup(g *v1.MysqlFailoverGroup) {
@@ -96,7 +94,7 @@ func (m *Metrics) initGroup(g *v1.MysqlFailoverGroup) {
 		m.Deferred.WithLabelValues(g.Namespace, g.Name, string(op))
 	}
 	m.BookkeepingErrors.WithLabelValues(g.Namespace, g.Name)
-	for _, reason := range revocationReasons {
+	for _, reason := range leases.RevocationReasons {
 		m.Revoked.WithLabelValues(g.Namespace, g.Name, reason)
 		m.LastRevocation.WithLabelValues(g.Namespace, g.Name, reason)
 	}

@@ -18,6 +18,7 @@ import (
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/testenv"
+	"github.com/shipstream/bloodraven/leases"
 )
 
 // deferralAge reads the age series of op, or -1 when it is absent.
@@ -57,8 +58,8 @@ func TestMetricsFollowTheGroup(t *testing.T) {
 		}
 	}
 	// The revocation and status-write series exist at 0 before anything happened.
-	if n := testutil.CollectAndCount(m.Revoked); n != 2 {
-		t.Fatalf("%d revocation series after the first reconcile, want 2 (both reasons, at 0)", n)
+	if n := testutil.CollectAndCount(m.Revoked); n != len(leases.RevocationReasons) {
+		t.Fatalf("%d revocation series after the first reconcile, want %d (every reason, at 0)", n, len(leases.RevocationReasons))
 	}
 
 	// A deferral: its age is exported while it lasts, on the controller's clock.
@@ -151,6 +152,25 @@ func TestEveryEventAndMetricIsDocumented(t *testing.T) {
 	for _, f := range fams {
 		if !strings.Contains(metrics, "| `"+f.GetName()+"` |") {
 			t.Errorf("docs/metrics.md has no row for %s", f.GetName())
+		}
+	}
+	// Every revocation reason is a series from the group's first reconcile
+	// and is named in the revoked counter's row.
+	var row string
+	for _, line := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(line, "| `bloodraven_deploy_leases_revoked_total` |") {
+			row = line
+		}
+	}
+	if n := testutil.CollectAndCount(m.Revoked); n != len(leases.RevocationReasons) {
+		t.Errorf("%d revocation series after initGroup, want one per reason (%d): a reason is missing from the series made at zero", n, len(leases.RevocationReasons))
+	}
+	for _, reason := range leases.RevocationReasons {
+		if !strings.Contains(row, "`"+reason+"`") {
+			t.Errorf("docs/metrics.md's bloodraven_deploy_leases_revoked_total row does not name the reason %s", reason)
+		}
+		if got := testutil.ToFloat64(m.Revoked.WithLabelValues("ns", "g", reason)); got != 0 {
+			t.Errorf("revoked{reason=%s} = %v before any revocation, want 0", reason, got)
 		}
 	}
 	if len(fams) < 8 {

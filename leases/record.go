@@ -49,6 +49,10 @@ const (
 	ReasonDeferralBudgetExhausted = "deferral_budget_exhausted"
 )
 
+// RevocationReasons lists every revocation reason, in the order above; the
+// operator's metrics and docs/metrics.md are held against it.
+var RevocationReasons = []string{ReasonTopologyChanged, ReasonOperatorRevoked, ReasonDeferralBudgetExhausted}
+
 // Record is a deployment lease as stored. Records are values: the
 // transitions in transitions.go return a new Record and never edit one in
 // place.
