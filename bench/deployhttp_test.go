@@ -14,6 +14,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/shipstream/bloodraven/deployclient/wire"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -58,12 +59,12 @@ func (d *deployClient) from(i int) *deployClient {
 	return &deployClient{base: d.base, hc: &http.Client{Transport: tr, Timeout: d.hc.Timeout}, tls: d.tls}
 }
 
-// apiAnswer is a response: its status and, for errors, the contract's
-// error string.
+// apiAnswer is a response: its status, the contract's error string of an
+// error, and the token of a grant (decoded with the wire types).
 type apiAnswer struct {
 	Status int
-	Error  string `json:"error"`
-	Token  string `json:"token"`
+	Error  string
+	Token  string
 }
 
 func (d *deployClient) do(ctx context.Context, method, path, bearer string, body []byte, leaseToken string) (apiAnswer, error) {
@@ -91,14 +92,23 @@ func (d *deployClient) do(ctx context.Context, method, path, bearer string, body
 	if err != nil {
 		return apiAnswer{}, err
 	}
-	a := apiAnswer{}
-	if len(data) > 0 && resp.StatusCode != http.StatusOK {
-		// Successful renewals are not decoded: the status says it all.
-		if err := json.Unmarshal(data, &a); err != nil {
+	a := apiAnswer{Status: resp.StatusCode}
+	// Successful renewals are not decoded: the status says it all.
+	switch {
+	case len(data) == 0 || resp.StatusCode == http.StatusOK:
+	case resp.StatusCode < 300:
+		var g wire.Grant
+		if err := json.Unmarshal(data, &g); err != nil {
 			return apiAnswer{}, fmt.Errorf("%s %s: %d, undecodable body %q", method, path, resp.StatusCode, data)
 		}
+		a.Token = g.Token
+	default:
+		var e wire.Error
+		if err := json.Unmarshal(data, &e); err != nil {
+			return apiAnswer{}, fmt.Errorf("%s %s: %d, undecodable body %q", method, path, resp.StatusCode, data)
+		}
+		a.Error = e.Error
 	}
-	a.Status = resp.StatusCode
 	return a, nil
 }
 
@@ -109,8 +119,8 @@ func leasePath(group, operationID string) string {
 // grant takes the group's migration lease for operationID and returns the
 // lease token.
 func (d *deployClient) grant(ctx context.Context, bearer, group, operationID, instance string) (string, error) {
-	body, _ := json.Marshal(map[string]any{"kind": leases.KindMigration, "operationId": operationID,
-		"instance": instance, "ttlSeconds": 120})
+	body, _ := json.Marshal(wire.GrantRequest{Kind: wire.KindMigration, OperationID: operationID,
+		Instance: instance, TTLSeconds: 120})
 	a, err := d.do(ctx, http.MethodPost, url.PathEscape(group)+"/leases", bearer, body, "")
 	if err != nil {
 		return "", fmt.Errorf("grant %s/%s: %w", group, operationID, err)
@@ -124,7 +134,7 @@ func (d *deployClient) grant(ctx context.Context, bearer, group, operationID, in
 
 // renewBody is the constant body of a worker's renewals.
 func renewBody(leaseToken string) []byte {
-	b, _ := json.Marshal(map[string]any{"token": leaseToken, "ttlSeconds": 120})
+	b, _ := json.Marshal(wire.RenewRequest{Token: leaseToken, TTLSeconds: 120})
 	return b
 }
 

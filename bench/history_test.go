@@ -17,6 +17,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/shipstream/bloodraven/deployclient/wire"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 )
@@ -98,7 +99,7 @@ func TestDeployHistory(t *testing.T) {
 func (s *scene) deployCycle(ctx context.Context, i, c int) error {
 	group, op := groupName(i), fmt.Sprintf("cycle-%05d", c)
 	base := url.PathEscape(group) + "/leases"
-	call := func(method, path string, body map[string]any, leaseToken string, want int) (apiAnswer, error) {
+	call := func(method, path string, body any, leaseToken string, want int) (apiAnswer, error) {
 		var b []byte
 		if body != nil {
 			b, _ = json.Marshal(body)
@@ -114,14 +115,14 @@ func (s *scene) deployCycle(ctx context.Context, i, c int) error {
 	}
 	tokens := map[leases.Kind]string{}
 	for _, kind := range []leases.Kind{leases.KindMigration, leases.KindFailoverHold} {
-		a, err := call(http.MethodPost, base, map[string]any{"kind": kind, "operationId": op, "instance": dbName(i), "ttlSeconds": 5}, "", http.StatusCreated)
+		a, err := call(http.MethodPost, base, wire.GrantRequest{Kind: string(kind), OperationID: op, Instance: dbName(i), TTLSeconds: 5}, "", http.StatusCreated)
 		if err != nil {
 			return err
 		}
 		tokens[kind] = a.Token
 	}
 	for _, kind := range []leases.Kind{leases.KindMigration, leases.KindFailoverHold} {
-		if _, err := call(http.MethodPut, base+"/"+string(kind)+"/"+op, map[string]any{"token": tokens[kind]}, "", http.StatusOK); err != nil {
+		if _, err := call(http.MethodPut, base+"/"+string(kind)+"/"+op, wire.RenewRequest{Token: tokens[kind]}, "", http.StatusOK); err != nil {
 			return err
 		}
 	}

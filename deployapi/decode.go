@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/shipstream/bloodraven/deployclient/wire"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/policy"
 )
@@ -95,21 +96,29 @@ func (t ttlField) ptr() *int64 {
 	return &v
 }
 
-// grantRequest is the body of POST .../leases.
+// grantRequest is the body of POST .../leases (wire.GrantRequest), with
+// ttlSeconds decoded as sent: absent or null apart from 0, any integer
+// accepted. The outer field shadows the embedded one of the same name.
 type grantRequest struct {
-	Kind        string   `json:"kind"`
-	OperationID string   `json:"operationId"`
-	Instance    string   `json:"instance"`
-	TTLSeconds  ttlField `json:"ttlSeconds"`
+	wire.GrantRequest
+	TTLSeconds ttlField `json:"ttlSeconds"`
 }
 
-// renewRequest is the body of PUT .../leases/{kind}/{operationId}.
+// renewRequest is the body of PUT .../leases/{kind}/{operationId}
+// (wire.RenewRequest), with ttlSeconds as in grantRequest and phase
+// (optional, migration only: pre-ddl, ddl or done) telling an empty string
+// from an absent member.
 type renewRequest struct {
-	Token      string   `json:"token"`
+	wire.RenewRequest
 	TTLSeconds ttlField `json:"ttlSeconds"`
-	// Phase is optional, migration only: pre-ddl, ddl or done.
-	Phase *string `json:"phase"`
+	Phase      *string  `json:"phase"`
 }
+
+// Member names a request may carry: the wire types'.
+var (
+	grantMembers = wire.Members(wire.GrantRequest{})
+	renewMembers = wire.Members(wire.RenewRequest{})
+)
 
 // readBody reads at most maxBodyBytes; more is 413.
 func readBody(r *http.Request) ([]byte, *apiError) {
@@ -202,7 +211,7 @@ func jsonErrorText(err error) string {
 // decodeGrant parses and validates a grant body.
 func decodeGrant(b []byte) (grantRequest, leases.Kind, *apiError) {
 	var req grantRequest
-	if e := decodeStrict(b, &req, "kind", "operationId", "instance", "ttlSeconds"); e != nil {
+	if e := decodeStrict(b, &req, grantMembers...); e != nil {
 		return req, "", e
 	}
 	kind, e := parseKind(req.Kind)
@@ -222,7 +231,7 @@ func decodeGrant(b []byte) (grantRequest, leases.Kind, *apiError) {
 // it is answered token_mismatch by the lease decision.
 func decodeRenew(b []byte, kind leases.Kind) (renewRequest, leases.Phase, *apiError) {
 	var req renewRequest
-	if e := decodeStrict(b, &req, "token", "ttlSeconds", "phase"); e != nil {
+	if e := decodeStrict(b, &req, renewMembers...); e != nil {
 		return req, "", e
 	}
 	if len(req.Token) > 1024 {

@@ -26,7 +26,7 @@ func FuzzDecodeGrant(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, kind, e := decodeGrant(body)
 		if e != nil {
-			if e.status != 400 || e.code != "bad_request" || e.fields["message"] == "" {
+			if e.status != 400 || e.code != "bad_request" || e.extra.Message == "" {
 				t.Fatalf("rejection is not a 400 with a message: %+v", e)
 			}
 			return

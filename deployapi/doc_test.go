@@ -1,6 +1,7 @@
 package deployapi
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shipstream/bloodraven/deployclient/wire"
 	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/leasestore"
 )
@@ -31,17 +33,38 @@ func TestAPIDocCoversTheContract(t *testing.T) {
 		if !strings.Contains(doc, row) {
 			t.Errorf("docs/api.md has no error row %q", row)
 		}
-		for field := range e.fields {
+		raw, err := json.Marshal(e.body())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fields map[string]any
+		if err := json.Unmarshal(raw, &fields); err != nil {
+			t.Fatal(err)
+		}
+		for field := range fields {
 			if field != "message" && !strings.Contains(doc, "`"+field) {
 				t.Errorf("docs/api.md does not name the field %q of %s", field, e.code)
 			}
 		}
 	}
+	// Every member of every body, as package wire defines them.
+	for _, body := range []any{
+		wire.GrantRequest{}, wire.RenewRequest{}, wire.Lease{}, wire.Grant{}, wire.Group{}, wire.Health{},
+		wire.Operations{}, wire.Planned{}, wire.ListedLease{}, wire.Admission{}, wire.Error{}, wire.Holder{},
+	} {
+		for _, m := range wire.Members(body) {
+			if !strings.Contains(doc, "`"+m+"`") && !strings.Contains(doc, `"`+m+`"`) {
+				t.Errorf("docs/api.md does not name the member %q of %T", m, body)
+			}
+		}
+	}
+	for _, rt := range (&Server{}).routes() {
+		route := "`" + rt.method + " " + httprouterParam.ReplaceAllString(rt.path, "{$1}")
+		if !strings.Contains(doc, route+"`") && !strings.Contains(doc, route+" ") {
+			t.Errorf("docs/api.md does not name the route %s`", route)
+		}
+	}
 	for _, want := range []string{
-		"`GET /deploy/v1/groups/{group}`",
-		"`POST /deploy/v1/groups/{group}/leases`",
-		"`PUT /deploy/v1/groups/{group}/leases/{kind}/{operationId}`",
-		"`DELETE /deploy/v1/groups/{group}/leases/{kind}/{operationId}`",
 		"`Authorization: Bearer <token>`", "`X-Lease-Token", "`Retry-After`",
 		"`topology_changed`", "`operator_revoked`", "[5, 120]", "16 KiB", "bloodraven-deploy",
 		strings.TrimSuffix(PathPrefix, "/"), "`migration`", "`failover-hold`",

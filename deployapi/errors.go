@@ -10,37 +10,39 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/shipstream/bloodraven/deployclient/wire"
 	"github.com/shipstream/bloodraven/leasestore"
 )
 
-// Error codes of the contract (docs/api.md).
+// Error codes of the contract (docs/api.md), as package wire defines them;
+// unavailable and internal are outside the contract's table: the API server
+// failed or throttled us, or we failed.
 const (
-	codeBadRequest       = "bad_request"
-	codeUnauthenticated  = "unauthenticated"
-	codeForbidden        = "forbidden"
-	codeMigrationNotHeld = "migration_not_held"
-	codeTokenMismatch    = "token_mismatch"
-	codeNotFound         = "not_found"
-	codeHeld             = "held"
-	codeRevoked          = "revoked"
-	codeVerification     = "verification_required"
-	codeBudgetExhausted  = "deferral_budget_exhausted"
-	codeTooLarge         = "too_large"
-	codeUnstable         = "unstable"
-	codeMethodNotAllowed = "method_not_allowed"
-	codeNotLeader        = "not_leader"
-	codeRateLimited      = "rate_limited"
-	// Outside the contract's table: the API server failed or throttled us.
-	codeUnavailable = "unavailable"
-	codeInternal    = "internal"
+	codeBadRequest       = wire.CodeBadRequest
+	codeUnauthenticated  = wire.CodeUnauthenticated
+	codeForbidden        = wire.CodeForbidden
+	codeMigrationNotHeld = wire.CodeMigrationNotHeld
+	codeTokenMismatch    = wire.CodeTokenMismatch
+	codeNotFound         = wire.CodeNotFound
+	codeHeld             = wire.CodeHeld
+	codeRevoked          = wire.CodeRevoked
+	codeVerification     = wire.CodeVerificationRequired
+	codeBudgetExhausted  = wire.CodeDeferralBudgetExhausted
+	codeTooLarge         = wire.CodeTooLarge
+	codeUnstable         = wire.CodeUnstable
+	codeMethodNotAllowed = wire.CodeMethodNotAllowed
+	codeNotLeader        = wire.CodeNotLeader
+	codeRateLimited      = wire.CodeRateLimited
+	codeUnavailable      = wire.CodeUnavailable
+	codeInternal         = wire.CodeInternal
 )
 
 // apiError is a typed API failure; writeError turns it into the contract's
-// JSON. Fields other than status and code are added to the body.
+// JSON. The members of extra other than Error are added to the body.
 type apiError struct {
 	status     int
 	code       string
-	fields     map[string]any
+	extra      wire.Error
 	retryAfter int
 	// cause is logged, never sent.
 	cause error
@@ -54,7 +56,7 @@ func (e *apiError) Error() string {
 }
 
 func errBadRequest(msg string) *apiError {
-	return &apiError{status: http.StatusBadRequest, code: codeBadRequest, fields: map[string]any{"message": msg}}
+	return &apiError{status: http.StatusBadRequest, code: codeBadRequest, extra: wire.Error{Message: msg}}
 }
 
 var (
@@ -73,18 +75,18 @@ const unstableRetryAfterSeconds = 2
 
 func errUnstable() *apiError {
 	return &apiError{status: http.StatusLocked, code: codeUnstable,
-		fields: map[string]any{"retryAfterSeconds": unstableRetryAfterSeconds}, retryAfter: unstableRetryAfterSeconds}
+		extra: wire.Error{RetryAfterSeconds: unstableRetryAfterSeconds}, retryAfter: unstableRetryAfterSeconds}
 }
 
 func errHeld(operationID, instance string, expiresAt time.Time) *apiError {
-	return &apiError{status: http.StatusConflict, code: codeHeld, fields: map[string]any{
-		"holder": map[string]any{"operationId": operationID, "instance": instance, "expiresAt": formatTime(expiresAt)},
+	return &apiError{status: http.StatusConflict, code: codeHeld, extra: wire.Error{
+		Holder: &wire.Holder{OperationID: operationID, Instance: instance, ExpiresAt: formatTime(expiresAt)},
 	}}
 }
 
 func errRevoked(reason string, generation int64) *apiError {
 	return &apiError{status: http.StatusConflict, code: codeRevoked,
-		fields: map[string]any{"reason": reason, "topologyGeneration": generation}}
+		extra: wire.Error{Reason: reason, TopologyGeneration: generation}}
 }
 
 // deferralBudgetRetryAfterSeconds is the retryAfterSeconds of 409
@@ -96,7 +98,7 @@ const deferralBudgetRetryAfterSeconds = 30
 // operation's deferral budget is spent and the operation has not run.
 func errDeferralBudgetExhausted() *apiError {
 	return &apiError{status: http.StatusConflict, code: codeBudgetExhausted,
-		fields:     map[string]any{"retryAfterSeconds": deferralBudgetRetryAfterSeconds},
+		extra:      wire.Error{RetryAfterSeconds: deferralBudgetRetryAfterSeconds},
 		retryAfter: deferralBudgetRetryAfterSeconds}
 }
 
@@ -105,7 +107,7 @@ func errDeferralBudgetExhausted() *apiError {
 // operation, generation the topology generation it was granted under.
 func errVerificationRequired(op string, generation int64) *apiError {
 	return &apiError{status: http.StatusConflict, code: codeVerification,
-		fields: map[string]any{"operationId": op, "topologyGeneration": generation}}
+		extra: wire.Error{OperationID: op, TopologyGeneration: generation}}
 }
 
 // errRevocationNotWritten answers a request whose lease must be revoked
@@ -156,12 +158,9 @@ func apiServerFailed(err error) bool {
 		errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-func (e *apiError) body() map[string]any {
-	b := make(map[string]any, len(e.fields)+1)
-	for k, v := range e.fields {
-		b[k] = v
-	}
-	b["error"] = e.code
+func (e *apiError) body() wire.Error {
+	b := e.extra
+	b.Error = e.code
 	return b
 }
 

@@ -12,6 +12,8 @@ import (
 	"golang.org/x/time/rate"
 	"k8s.io/utils/lru"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/shipstream/bloodraven/deployclient/wire"
 )
 
 // Fair share (docs/api.md, "Resolved (edges): fair share"; issue 35): one
@@ -112,7 +114,7 @@ const inFlightRetryAfterSeconds = 1
 // errRateLimited answers a request past its identity's share.
 func errRateLimited(retryAfter int, limit string) *apiError {
 	return &apiError{status: http.StatusTooManyRequests, code: codeRateLimited,
-		fields: map[string]any{"retryAfterSeconds": retryAfter}, retryAfter: retryAfter,
+		extra: wire.Error{RetryAfterSeconds: int64(retryAfter)}, retryAfter: retryAfter,
 		cause: fmt.Errorf("over the identity's %s limit", limit)}
 }
 

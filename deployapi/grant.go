@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/deployclient/wire"
 	"github.com/shipstream/bloodraven/deployrun"
 	"github.com/shipstream/bloodraven/gate"
 	"github.com/shipstream/bloodraven/leases"
@@ -19,34 +20,16 @@ import (
 
 // POST /deploy/v1/groups/{group}/leases: grant or re-grant a lease.
 
-// leaseBody is the answer to a renewal, and (with the token) to a grant.
-type leaseBody struct {
-	Kind               string `json:"kind"`
-	OperationID        string `json:"operationId"`
-	Instance           string `json:"instance"`
-	ExpiresAt          string `json:"expiresAt"`
-	TopologyGeneration int64  `json:"topologyGeneration"`
-	TTLSeconds         int64  `json:"ttlSeconds"`
-	// Namespace is the group's namespace, the one the request was settled
-	// in (additive, docs/api.md "Resolved (tenants)"): a client pins it.
-	Namespace string `json:"namespace"`
-	// Phase, on the migration lease only: the phase the record holds
-	// (additive, docs/api.md PUT row).
-	Phase string `json:"phase,omitempty"`
-}
-
-func bodyOf(rec *leases.Record, namespace string) leaseBody {
-	b := leaseBody{Kind: string(rec.Kind), OperationID: rec.OperationID, Instance: rec.Instance,
+// bodyOf is the answer to a renewal and a lease GET, and (with the token)
+// to a grant. Namespace is the group's, the one the request was settled in
+// (docs/api.md "Resolved (tenants)"); Phase is on the migration lease only.
+func bodyOf(rec *leases.Record, namespace string) wire.Lease {
+	b := wire.Lease{Kind: string(rec.Kind), OperationID: rec.OperationID, Instance: rec.Instance,
 		ExpiresAt: formatTime(rec.ExpiresAt), TopologyGeneration: rec.Generation, TTLSeconds: rec.TTLSeconds, Namespace: namespace}
 	if rec.Kind == leases.KindMigration {
-		b.Phase = string(rec.Phase.Effective())
+		b.Phase = wire.Phase(rec.Phase.Effective())
 	}
 	return b
-}
-
-type grantJSON struct {
-	leaseBody
-	Token string `json:"token"`
 }
 
 // grant decides on the cached mutex (and hold) and writes with their
@@ -192,7 +175,7 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGro
 	if outcome == policy.OutcomeRegrant {
 		status = http.StatusOK
 	}
-	return ok(status, grantJSON{leaseBody: bodyOf(&rec, g.Namespace), Token: token}), nil
+	return ok(status, wire.Grant{Lease: bodyOf(&rec, g.Namespace), Token: token}), nil
 }
 
 // confirmGrant re-reads the group after a grant was written, and withdraws

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/deployclient/wire"
 	"github.com/shipstream/bloodraven/leasestore"
 )
 
@@ -125,21 +126,38 @@ func New(cfg Config) (*Server, error) {
 	r.RedirectFixedPath = false
 	r.HandleMethodNotAllowed = true
 	r.HandleOPTIONS = false
-	r.GET("/deploy/v1/groups/:group", s.wrap(route{"get_group", parseGetGroup, s.getGroup}))
-	r.POST("/deploy/v1/groups/:group/leases", s.wrap(route{"grant", parseGrant, s.grant}))
-	r.GET("/deploy/v1/groups/:group/leases/:kind/:operationId", s.wrap(route{"get_lease", parseWatch, s.watch}))
-	r.PUT("/deploy/v1/groups/:group/leases/:kind/:operationId", s.wrap(route{"renew", parseRenew, s.renew}))
-	r.DELETE("/deploy/v1/groups/:group/leases/:kind/:operationId", s.wrap(route{"release", parseRelease, s.release}))
+	for _, rt := range s.routes() {
+		r.Handle(rt.method, rt.path, s.wrap(rt.route))
+	}
 	notAllowed := s.wrap(route{name: "method_not_allowed", parse: refuse(errMethodNotAllowed)})
 	notFound := s.wrap(route{name: "not_found", parse: refuse(errNotFound)})
 	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { notAllowed(w, req, nil) })
 	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { notFound(w, req, nil) })
 	r.PanicHandler = func(w http.ResponseWriter, req *http.Request, v any) {
 		// wrap recovers first; this is a last resort that keeps the contract.
-		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": codeInternal})
+		writeJSON(w, http.StatusInternalServerError, wire.Error{Error: codeInternal})
 	}
 	s.router = r
 	return s, nil
+}
+
+// routedPath is a route's method and path (httprouter's :name for a path
+// parameter) and what serves it.
+type routedPath struct {
+	method, path string
+	route        route
+}
+
+// routes are the API's routes; docs/openapi.yaml is tested against them.
+func (s *Server) routes() []routedPath {
+	const group, lease = "/deploy/v1/groups/:group", "/deploy/v1/groups/:group/leases/:kind/:operationId"
+	return []routedPath{
+		{http.MethodGet, group, route{"get_group", parseGetGroup, s.getGroup}},
+		{http.MethodPost, group + "/leases", route{"grant", parseGrant, s.grant}},
+		{http.MethodGet, lease, route{"get_lease", parseWatch, s.watch}},
+		{http.MethodPut, lease, route{"renew", parseRenew, s.renew}},
+		{http.MethodDelete, lease, route{"release", parseRelease, s.release}},
+	}
 }
 
 // refuse is the parser of a path that names no route: after leadership and

@@ -15,46 +15,49 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/shipstream/bloodraven/deployclient/wire"
 )
 
 // Lease kinds of the deployment API.
 const (
-	KindMigration    = "migration"
-	KindFailoverHold = "failover-hold"
+	KindMigration    = wire.KindMigration
+	KindFailoverHold = wire.KindFailoverHold
 )
 
-// Error codes of the deployment API that the client acts on (docs/api.md).
+// Error codes of the deployment API that the client acts on (docs/api.md);
+// package wire defines them.
 const (
-	CodeBadRequest       = "bad_request"
-	CodeUnauthenticated  = "unauthenticated"
-	CodeForbidden        = "forbidden"
-	CodeMigrationNotHeld = "migration_not_held"
-	CodeTokenMismatch    = "token_mismatch"
-	CodeNotFound         = "not_found"
-	CodeHeld             = "held"
-	CodeRevoked          = "revoked"
-	CodeUnstable         = "unstable"
-	CodeNotLeader        = "not_leader"
-	CodeUnavailable      = "unavailable"
+	CodeBadRequest       = wire.CodeBadRequest
+	CodeUnauthenticated  = wire.CodeUnauthenticated
+	CodeForbidden        = wire.CodeForbidden
+	CodeMigrationNotHeld = wire.CodeMigrationNotHeld
+	CodeTokenMismatch    = wire.CodeTokenMismatch
+	CodeNotFound         = wire.CodeNotFound
+	CodeHeld             = wire.CodeHeld
+	CodeRevoked          = wire.CodeRevoked
+	CodeUnstable         = wire.CodeUnstable
+	CodeNotLeader        = wire.CodeNotLeader
+	CodeUnavailable      = wire.CodeUnavailable
 	// CodeVerificationRequired: a migration grant for an instance whose last
 	// run lost authority past its DDL boundary (docs/design.md).
-	CodeVerificationRequired = "verification_required"
+	CodeVerificationRequired = wire.CodeVerificationRequired
 	// CodeDeferralBudgetExhausted: a failover-hold grant while a planned
 	// operation's deferral budget is spent and it has not run (docs/design.md):
 	// not acquired now (exit 3); retry after the operation ran.
-	CodeDeferralBudgetExhausted = "deferral_budget_exhausted"
-	CodeMethodNotAllowed        = "method_not_allowed"
+	CodeDeferralBudgetExhausted = wire.CodeDeferralBudgetExhausted
+	CodeMethodNotAllowed        = wire.CodeMethodNotAllowed
 )
 
 // Phase is how far a migration's command got, as a renewal reports it
 // (docs/api.md PUT row): pre-ddl, ddl or done. Phases only move forward.
-type Phase string
+type Phase = wire.Phase
 
 // Phases of a migration, in order. The empty Phase sends none.
 const (
-	PhasePreDDL Phase = "pre-ddl"
-	PhaseDDL    Phase = "ddl"
-	PhaseDone   Phase = "done"
+	PhasePreDDL = wire.PhasePreDDL
+	PhaseDDL    = wire.PhaseDDL
+	PhaseDone   = wire.PhaseDone
 )
 
 // Config says where the deployment API is and how to trust and authenticate
@@ -209,11 +212,7 @@ func isDNSLabel(s string) bool {
 }
 
 // Holder is the operation that holds a group's migration mutex.
-type Holder struct {
-	OperationID string `json:"operationId"`
-	Instance    string `json:"instance"`
-	ExpiresAt   string `json:"expiresAt"`
-}
+type Holder = wire.Holder
 
 // APIError is an answer of the deployment API other than success: the
 // contract's JSON error, with its extra fields decoded.
@@ -281,81 +280,37 @@ func untrusted(err error) bool {
 	return errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci)
 }
 
-// Lease is a grant's or renewal's answer.
-type Lease struct {
-	Kind               string `json:"kind"`
-	OperationID        string `json:"operationId"`
-	Instance           string `json:"instance"`
-	ExpiresAt          string `json:"expiresAt"`
-	TopologyGeneration int64  `json:"topologyGeneration"`
-	TTLSeconds         int64  `json:"ttlSeconds"`
-	// Phase is the migration lease's recorded phase; empty from an operator
-	// that does not record phases.
-	Phase Phase `json:"phase,omitempty"`
-	// Namespace is the group's namespace, when the operator names it.
-	Namespace string `json:"namespace,omitempty"`
-}
+// Lease is a grant's or renewal's answer. Its Phase is empty from an
+// operator that does not record phases.
+type Lease = wire.Lease
 
 // Grant is a grant's answer: the lease and its token. Created is false for a
 // re-grant of the same operation (200), which invalidated the previous token.
 type Grant struct {
-	Lease
-	Token   string `json:"token"`
-	Created bool   `json:"-"`
+	wire.Grant
+	Created bool `json:"-"`
 }
 
 // GrantRequest asks for a lease.
-type GrantRequest struct {
-	Kind        string `json:"kind"`
-	OperationID string `json:"operationId"`
-	Instance    string `json:"instance"`
-	TTLSeconds  int64  `json:"ttlSeconds,omitempty"`
-}
+type GrantRequest = wire.GrantRequest
 
 // Group is the observation GET /deploy/v1/groups/{group} answers.
-type Group struct {
-	Group              string     `json:"group"`
-	Namespace          string     `json:"namespace"`
-	ActiveSite         string     `json:"activeSite"`
-	TopologyGeneration int64      `json:"topologyGeneration"`
-	Health             Health     `json:"health"`
-	Operations         Operations `json:"operations"`
-	Stable             bool       `json:"stable"`
-	UnstableReason     string     `json:"unstableReason"`
-	Leases             []Listed   `json:"leases"`
-}
+type Group = wire.Group
 
 // Health is the group's health block.
-type Health struct {
-	Ready                 bool    `json:"ready"`
-	DegradedReason        string  `json:"degradedReason"`
-	ReplicationRunning    bool    `json:"replicationRunning"`
-	ReplicationLagSeconds float64 `json:"replicationLagSeconds"`
-	RecoveryPending       bool    `json:"recoveryPending"`
-}
+type Health = wire.Health
 
 // Operations are the group's operation phases.
-type Operations struct {
-	PlannedFailover  Planned `json:"plannedFailover"`
-	UpdatePhase      string  `json:"updatePhase"`
-	RestoreInPlace   string  `json:"restoreInPlace"`
-	DragonflyUpgrade string  `json:"dragonflyUpgrade"`
-}
+type Operations = wire.Operations
 
 // Planned is a planned failover's phase and reason.
-type Planned struct {
-	Phase  string `json:"phase"`
-	Reason string `json:"reason"`
-}
+type Planned = wire.Planned
 
 // Listed is a live lease as GET lists it.
-type Listed struct {
-	Kind               string `json:"kind"`
-	OperationID        string `json:"operationId"`
-	Instance           string `json:"instance"`
-	ExpiresAt          string `json:"expiresAt"`
-	TopologyGeneration int64  `json:"topologyGeneration"`
-}
+type Listed = wire.ListedLease
+
+// Admission is a running deferral budget, as GET shows it.
+type Admission = wire.Admission
 
 // Observe reads the group. The observation grants nothing.
 func (c *Client) Observe(ctx context.Context, group string) (*Group, error) {
@@ -387,11 +342,7 @@ func (c *Client) Grant(ctx context.Context, group string, req GrantRequest) (*Gr
 // Renew renews a lease; ttlSeconds 0 keeps the lease's ttl. phase, on the
 // migration lease, reports how far the command got; empty sends none.
 func (c *Client) Renew(ctx context.Context, group, kind, operationID, token string, ttlSeconds int64, phase Phase) (*Lease, error) {
-	body := struct {
-		Token      string `json:"token"`
-		TTLSeconds int64  `json:"ttlSeconds,omitempty"`
-		Phase      Phase  `json:"phase,omitempty"`
-	}{token, ttlSeconds, phase}
+	body := wire.RenewRequest{Token: token, TTLSeconds: ttlSeconds, Phase: phase}
 	var l Lease
 	if _, err := c.do(ctx, c.timeout, http.MethodPut, leasePath(group, kind, operationID), body, nil, &l); err != nil {
 		return nil, err
@@ -549,15 +500,7 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, path str
 }
 
 func decodeError(resp *http.Response, raw []byte) *APIError {
-	var b struct {
-		Error              string  `json:"error"`
-		Message            string  `json:"message"`
-		Holder             *Holder `json:"holder"`
-		Reason             string  `json:"reason"`
-		TopologyGeneration int64   `json:"topologyGeneration"`
-		RetryAfterSeconds  int64   `json:"retryAfterSeconds"`
-		OperationID        string  `json:"operationId"`
-	}
+	var b wire.Error
 	e := &APIError{Status: resp.StatusCode}
 	if err := json.Unmarshal(raw, &b); err != nil || b.Error == "" {
 		e.Code = "http_" + strconv.Itoa(resp.StatusCode)

@@ -213,7 +213,7 @@ func (s *Session) confirmPhase(ctx context.Context, phase Phase) error {
 			if phase != "" && r.phase == "" {
 				return ErrPhaseNotRecorded // a plain renewal after a 400 to the phase
 			}
-			if phase != "" && r.lease.Phase != "" && r.lease.Phase.before(phase) {
+			if phase != "" && r.lease.Phase != "" && r.lease.Phase.Before(phase) {
 				return errors.New("the operator answered the renewal without recording phase " + string(phase))
 			}
 			return nil

@@ -444,7 +444,7 @@ func (s *Session) wantPhase() Phase {
 	s.phaseMu.Lock()
 	p := s.phase
 	s.phaseMu.Unlock()
-	if p.before(PhaseDDL) && s.cfg.DDLStarted != nil && s.cfg.DDLStarted() {
+	if p.Before(PhaseDDL) && s.cfg.DDLStarted != nil && s.cfg.DDLStarted() {
 		s.advance(PhaseDDL)
 		return PhaseDDL
 	}
@@ -455,20 +455,7 @@ func (s *Session) wantPhase() Phase {
 func (s *Session) advance(p Phase) {
 	s.phaseMu.Lock()
 	defer s.phaseMu.Unlock()
-	if s.phase.before(p) {
+	if s.phase.Before(p) {
 		s.phase = p
 	}
 }
-
-func (p Phase) rank() int {
-	switch p {
-	case PhaseDDL:
-		return 1
-	case PhaseDone:
-		return 2
-	}
-	return 0
-}
-
-// before reports whether p comes before q.
-func (p Phase) before(q Phase) bool { return p.rank() < q.rank() }

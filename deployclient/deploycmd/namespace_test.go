@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -312,5 +313,35 @@ func TestExplainNamesTheNamespace(t *testing.T) {
 				t.Errorf("explain = %q: --namespace was given", got)
 			}
 		})
+	}
+}
+
+// status -o json prints every member the server sent: the client decodes
+// with the wire types, so a member the server adds (admission was dropped
+// before them) reaches the pipeline.
+func TestStatusJSONKeepsEveryMemberTheServerSent(t *testing.T) {
+	sent := `{"group":"g","namespace":"team-a","activeSite":"iad","topologyGeneration":3,` +
+		`"health":{"ready":true,"degradedReason":"","replicationRunning":true,"replicationLagSeconds":0.5,"recoveryPending":false},` +
+		`"operations":{"plannedFailover":{"phase":"Deferred","reason":"held"},"updatePhase":"","restoreInPlace":"","dragonflyUpgrade":""},` +
+		`"stable":false,"unstableReason":"PlannedFailover","leases":[{"kind":"migration","operationId":"op","instance":"db","expiresAt":"2026-12-01T00:00:30Z","topologyGeneration":3}],` +
+		`"admission":{"operation":"PlannedFailover","id":"req-7","budgetExhaustsAt":"2026-12-01T00:10:00Z"}}`
+	conn, _ := serveCLIHandler(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(sent))
+	}))
+	var stdout, stderr strings.Builder
+	args := append(append([]string{"status"}, conn...), "--group", "g", "-o", "json")
+	if code := Run("bloodraven-deploy", args, strings.NewReader(""), &stdout, &stderr, env(nil)); code != ExitOK {
+		t.Fatalf("exit %d:\n%s", code, stderr.String())
+	}
+	var want, got map[string]any
+	if err := json.Unmarshal([]byte(sent), &want); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(stdout.String()), &got); err != nil {
+		t.Fatalf("status -o json is not JSON: %v\n%s", err, stdout.String())
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("status -o json\n  %v\nthe server sent\n  %v", got, want)
 	}
 }

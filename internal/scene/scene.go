@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/deployclient/wire"
 )
 
 // DeployAudience is the audience of deployment-API tokens.
@@ -158,5 +159,42 @@ func (c *Client) Send(method, path string, body any, headers ...string) (Respons
 	if err := json.Unmarshal(raw, &out.Body); err != nil || out.Body == nil {
 		return out, fmt.Errorf("%w: %s %s: %d: %.200s", ErrNotJSON, method, path, resp.StatusCode, raw)
 	}
+	if into := wireBody(method, path, resp.StatusCode); into != nil {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(into); err != nil {
+			return out, fmt.Errorf("%w: %s %s: %d: %v: %.200s", ErrNotWire, method, path, resp.StatusCode, err, raw)
+		}
+	}
 	return out, nil
+}
+
+// ErrNotWire: a /deploy/v1 answer with a member that package wire does not
+// define, or of the wrong type.
+var ErrNotWire = errors.New("not the wire's body")
+
+// wireBody is the wire type a /deploy/v1 answer decodes into, or nil for a
+// path outside it: every error is a wire.Error; a grant's answer is a
+// wire.Grant, a renewal's and a lease GET's a wire.Lease, the group GET's a
+// wire.Group. Every answer a scene receives is held against them, so that a
+// member the server sends and the wire types lack fails the test that saw
+// it.
+func wireBody(method, path string, status int) any {
+	rest, ok := strings.CutPrefix(path, "/deploy/v1/groups/")
+	if !ok {
+		return nil
+	}
+	rest, _, _ = strings.Cut(rest, "?")
+	parts := strings.Split(rest, "/")
+	switch {
+	case status >= 400:
+		return &wire.Error{}
+	case len(parts) == 1 && method == http.MethodGet:
+		return &wire.Group{}
+	case len(parts) == 2 && parts[1] == "leases" && method == http.MethodPost:
+		return &wire.Grant{}
+	case len(parts) == 4 && parts[1] == "leases" && (method == http.MethodPut || method == http.MethodGet):
+		return &wire.Lease{}
+	}
+	return nil
 }
