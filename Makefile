@@ -233,7 +233,7 @@ check-generate: generate ## Fail when generated files differ from what is commit
 
 .PHONY: build
 build: ## Build the operator into ./bin/bloodraven, the pipeline CLI into ./bin/bloodraven-deploy and the kubectl plugin into ./bin/kubectl-bloodraven, versions stamped.
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/bloodraven .
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/bloodraven ./cmd/bloodraven
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kubectl-bloodraven ./cmd/kubectl-bloodraven
 	cd $(CLIENT_MOD) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/bloodraven-deploy ./cmd/bloodraven-deploy
 
@@ -246,7 +246,7 @@ IMAGE_TAG      ?= $(VERSION)
 .PHONY: image
 image: ## Build the operator's and bloodraven-deploy's OCI images into bin/image/ (no Docker; push with crane or skopeo).
 	@mkdir -p $(BIN)/image
-	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image/bloodraven-linux-amd64 .
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/image/bloodraven-linux-amd64 ./cmd/bloodraven
 	cd $(CLIENT_MOD) && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' \
 		-o $(BIN)/image/bloodraven-deploy-linux-amd64 ./cmd/bloodraven-deploy
 	$(GO) run ./hack/mkimage -binary $(BIN)/image/bloodraven-linux-amd64 -name bloodraven -version $(VERSION) \
@@ -347,7 +347,7 @@ e2e-repeat: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb ## The e2e package as m
 		echo "e2e-repeat: run $$i of $(E2E_RUNS) passed in $$(( $$(date +%s) - start )) s"; \
 	done
 
-# make bench: the load generator of ./bench against a real control plane,
+# make bench: the load generator of ./e2e/bench against a real control plane,
 # in one run: the floor (raw GET database + GET group + PUT Lease), the
 # product's renewals over HTTPS, and client-go's leaderelection LeaseLock,
 # at 1, 8 and 32 clients, with 0 and 5,000 unrelated MysqlDatabases; then
@@ -368,7 +368,7 @@ BENCH_OUT   ?= $(ROOT)/bench.json
 
 .PHONY: bench
 bench: $(KUBE_APISERVER) $(ETCD) mariadb ## Measure renewals against the floor and client-go, site loss and deploy history (BENCH_QUICK=1: about 7 min); tables on stdout, JSON in BENCH_OUT.
-	BLOODRAVEN_BENCH=1 BENCH_QUICK=$(BENCH_QUICK) BENCH_SMOKE=$(BENCH_SMOKE) BENCH_OUT=$(BENCH_OUT) $(GO) test ./bench -run '^(TestLoad|TestSiteLoss|TestDeployHistory)$$' -count=1 -timeout 60m -v
+	BLOODRAVEN_BENCH=1 BENCH_QUICK=$(BENCH_QUICK) BENCH_SMOKE=$(BENCH_SMOKE) BENCH_OUT=$(BENCH_OUT) $(GO) test ./e2e/bench -run '^(TestLoad|TestSiteLoss|TestDeployHistory)$$' -count=1 -timeout 60m -v
 	@if [ -z "$(BENCH_QUICK)$(BENCH_SMOKE)" ]; then BLOODRAVEN_BENCH=1 $(GO) test ./operator -run '^TestSiteLossOfRealMariaDB$$' -count=1 -timeout 20m -v; fi
 
 .PHONY: fuzz
@@ -415,7 +415,7 @@ mariadb: ## Install MariaDB (the playground's sites, the driver's integration te
 
 .PHONY: dev
 dev: tools mariadb ## Start the playground: control plane, MariaDB sites, operator and demo group, in the foreground.
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/bloodraven .
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/bloodraven ./cmd/bloodraven
 	$(GO) build -o $(BIN)/bloodraven-dev ./hack/dev
 	$(BIN)/bloodraven-dev --root $(ROOT)
 

@@ -1,7 +1,7 @@
 // Package operator assembles the operator's running parts on one
 // controller-runtime manager: the lease stores, the group controller with
 // its background prober and its own API client, the database controller,
-// and the deployment API. The binary (main.go) and the in-process harness
+// and the deployment API. The binary (cmd/bloodraven) and the in-process harness
 // (internal/operatortest) both call New, so a test runs the parts as they
 // ship; only the driver, the clock, the log and the registries differ.
 //

@@ -105,7 +105,7 @@ func WaitFor(t *testing.T, timeout time.Duration, cond func() bool) {
 func BuildOperator(t *testing.T, root string) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "bloodraven")
-	cmd := exec.Command("go", "build", "-o", out, ".")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/bloodraven")
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build operator: %v\n%s", err, b)

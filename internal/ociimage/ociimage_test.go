@@ -37,7 +37,7 @@ func TestEachImageRunsItsBinaryAsNonRoot(t *testing.T) {
 	tests := []struct {
 		name, moduleDir, pkg string
 	}{
-		{"bloodraven", "../..", "."},
+		{"bloodraven", "../..", "./cmd/bloodraven"},
 		{"bloodraven-deploy", "../../deployclient", "./cmd/bloodraven-deploy"},
 	}
 	for _, tc := range tests {

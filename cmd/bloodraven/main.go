@@ -5,14 +5,12 @@ package main
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"runtime/debug"
-	"strings"
 
 	"github.com/go-logr/logr"
 	gomysql "github.com/go-sql-driver/mysql"
@@ -29,6 +27,7 @@ import (
 	crzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/shipstream/bloodraven"
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployclient/deploycmd"
 	"github.com/shipstream/bloodraven/internal/logbridge"
@@ -47,16 +46,13 @@ import (
 // embedded VERSION and the commit the Go toolchain recorded.
 var version = ""
 
-//go:embed VERSION
-var releaseVersion string
-
 // Version is the operator's version, for --version, the status page and the
 // API server's user agent.
 func Version() string {
 	if version != "" {
 		return version
 	}
-	v := strings.TrimSpace(releaseVersion)
+	v := bloodraven.Release()
 	if info, ok := debug.ReadBuildInfo(); ok {
 		var rev, dirty string
 		for _, s := range info.Settings {

@@ -13,6 +13,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	appsv1 "k8s.io/api/apps/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
 // The chart sets the operator's flags and environment from its values:
@@ -20,12 +22,12 @@ import (
 // literal environment parse, and each value arrives. A flag the chart names
 // that the operator does not know fails here, not in a crash-looping pod.
 func TestTheChartsArgumentsReachTheOperator(t *testing.T) {
-	helm := filepath.Join("bin", "helm")
+	helm := filepath.Join(testenv.RepoRoot(), "bin", "helm")
 	if _, err := os.Stat(helm); err != nil {
 		t.Fatalf("%s missing: run `make tools`", helm)
 	}
 	dir := t.TempDir()
-	cmd := exec.Command(helm, "template", "bloodraven", filepath.Join("charts", "bloodraven"), "--namespace", "bloodraven",
+	cmd := exec.Command(helm, "template", "bloodraven", filepath.Join(testenv.RepoRoot(), "charts", "bloodraven"), "--namespace", "bloodraven",
 		"--show-only", "templates/deployment.yaml",
 		"--set", "logLevel=debug", "--set", "operator.probeInterval=5s", "--set", "operator.primaryProbeInterval=500ms",
 		"--set", "operator.groupWorkers=32", "--set", "operator.kubeAPIQPS=800", "--set", "operator.kubeAPIBurst=1600",

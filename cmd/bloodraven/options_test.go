@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"go.uber.org/zap/zapcore"
+
+	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
 func TestParseOptions(t *testing.T) {
@@ -198,7 +201,7 @@ func TestVersionNeedsNoConfigurationAndIsTheRelease(t *testing.T) {
 	if err != nil || !o.printVersionAndExit {
 		t.Fatalf("--version without any configuration: %+v, %v", o, err)
 	}
-	release, err := os.ReadFile("VERSION")
+	release, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "VERSION"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func TestSecureMetricsAnswerOnlyAReviewedAndAuthorizedCaller(t *testing.T) {
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !strings.Contains(err.Error(), "already exists") {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join("config", "rbac", "role.yaml"))
+	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", "role.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,14 +12,15 @@ import (
 
 // clientModule is the pipeline client's module directory, from this
 // package's directory.
-var clientModule = filepath.Join("..", "..", "deployclient")
+var clientModule = filepath.Join("..", "..", "..", "deployclient")
 
-// The deployclient package imports only the standard library: a pipeline
-// that `go get`s it inherits none of the operator's dependencies.
+// The deployclient package imports only the standard library and its own
+// wire types (themselves stdlib only): a pipeline that `go get`s it
+// inherits none of the operator's dependencies.
 func TestTheClientPackageImportsOnlyTheStandardLibrary(t *testing.T) {
 	out := goCmd(t, clientModule, nil, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".")
 	for _, p := range strings.Fields(out) {
-		if p != "github.com/shipstream/bloodraven/deployclient" {
+		if p != "github.com/shipstream/bloodraven/deployclient" && p != "github.com/shipstream/bloodraven/deployclient/wire" {
 			t.Errorf("deployclient depends on %s, outside the standard library", p)
 		}
 	}
