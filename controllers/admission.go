@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
@@ -19,7 +19,7 @@ import (
 
 // gated names the operation the admission gate decides on.
 type gated struct {
-	op         v1.OperationName
+	op         bloodravenv1alpha1.OperationName
 	id, target string
 }
 
@@ -31,9 +31,9 @@ type gated struct {
 // as expired with the resourceVersion it read. So a grant, re-grant or
 // renewal racing an admission meets it in one compare-and-swap order: one
 // of the two sees the other, and never both proceed.
-func (r *GroupReconciler) gate(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, st *step, o gated) (bool, error) {
+func (r *GroupReconciler) gate(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *step, o gated) (bool, error) {
 	if res := g.Status.Reservation; res != nil && (res.Operation != o.op || res.ID != o.id) {
-		setPhase(g, o.op, v1.PhaseAdmitting, "Waiting", &v1.Admission{Message: fmt.Sprintf("waiting for %s %s to finish", res.Operation, res.ID)})
+		setPhase(g, o.op, bloodravenv1alpha1.PhaseAdmitting, "Waiting", &bloodravenv1alpha1.Admission{Message: fmt.Sprintf("waiting for %s %s to finish", res.Operation, res.ID)})
 		st.after(waitRetry)
 		return false, nil
 	}
@@ -64,7 +64,7 @@ func (r *GroupReconciler) gate(ctx context.Context, g *v1.MysqlFailoverGroup, si
 	}
 	if adm.Verdict == policy.Admitted {
 		if g.Status.Reservation == nil {
-			g.Status.Reservation = &v1.OperationReservation{Operation: o.op, ID: o.id, ReservedAt: r.now()}
+			g.Status.Reservation = &bloodravenv1alpha1.OperationReservation{Operation: o.op, ID: o.id, ReservedAt: r.now()}
 			if err := r.writeStatus(ctx, g); err != nil {
 				return false, err
 			}
@@ -98,9 +98,9 @@ func (r *GroupReconciler) gate(ctx context.Context, g *v1.MysqlFailoverGroup, si
 				recheck = budget.RecheckAt
 			}
 		}
-		wasDeferred := g.Status.Operation(o.op, &g.Spec).Phase == v1.PhaseDeferred
-		setPhase(g, o.op, v1.PhaseDeferred, v1.DeferReasonDeploymentHold,
-			&v1.Admission{DeferReason: v1.DeferReasonDeploymentHold, RetryTime: microTime(adm.RetryTime), Message: adm.Message, BudgetExhaustsAt: exhaustsAt})
+		wasDeferred := g.Status.Operation(o.op, &g.Spec).Phase == bloodravenv1alpha1.PhaseDeferred
+		setPhase(g, o.op, bloodravenv1alpha1.PhaseDeferred, bloodravenv1alpha1.DeferReasonDeploymentHold,
+			&bloodravenv1alpha1.Admission{DeferReason: bloodravenv1alpha1.DeferReasonDeploymentHold, RetryTime: microTime(adm.RetryTime), Message: adm.Message, BudgetExhaustsAt: exhaustsAt})
 		if !wasDeferred {
 			EventPlannedFailoverDeferred.emit(r.Recorder, g, o.op, o.id, adm.RetryTime.UTC().Format(time.RFC3339Nano), adm.Message)
 			if r.Metrics != nil {
@@ -117,14 +117,14 @@ func (r *GroupReconciler) gate(ctx context.Context, g *v1.MysqlFailoverGroup, si
 		if reason == "" {
 			reason = "Waiting"
 		}
-		setPhase(g, o.op, v1.PhaseAdmitting, reason, &v1.Admission{Message: adm.Message, BudgetExhaustsAt: exhaustsAt})
+		setPhase(g, o.op, bloodravenv1alpha1.PhaseAdmitting, reason, &bloodravenv1alpha1.Admission{Message: adm.Message, BudgetExhaustsAt: exhaustsAt})
 		st.after(waitRetry)
 	}
 	return false, nil
 }
 
 // maxDeferral is spec.maxDeferralSeconds; zero when unset (no budget).
-func (r *GroupReconciler) maxDeferral(g *v1.MysqlFailoverGroup) time.Duration {
+func (r *GroupReconciler) maxDeferral(g *bloodravenv1alpha1.MysqlFailoverGroup) time.Duration {
 	if m := g.Spec.MaxDeferralSeconds; m != nil && *m > 0 {
 		return time.Duration(*m) * time.Second
 	}
@@ -132,7 +132,7 @@ func (r *GroupReconciler) maxDeferral(g *v1.MysqlFailoverGroup) time.Duration {
 }
 
 // deferralBudget decides o's request's budget from what the status records.
-func (r *GroupReconciler) deferralBudget(g *v1.MysqlFailoverGroup, o gated, now time.Time) policy.DeferralBudget {
+func (r *GroupReconciler) deferralBudget(g *bloodravenv1alpha1.MysqlFailoverGroup, o gated, now time.Time) policy.DeferralBudget {
 	in := policy.DeferralBudgetInput{Now: now, Max: r.maxDeferral(g)}
 	for _, b := range g.Status.DeferralBudgets {
 		if b.Operation == o.op && b.ID == o.id {
@@ -144,29 +144,29 @@ func (r *GroupReconciler) deferralBudget(g *v1.MysqlFailoverGroup, o gated, now 
 
 // budgetRecord is o's request's budget in the status, created (from now)
 // when absent; a budget of an earlier request of the operation is replaced.
-func (r *GroupReconciler) budgetRecord(g *v1.MysqlFailoverGroup, o gated, now time.Time) *v1.DeferralBudget {
+func (r *GroupReconciler) budgetRecord(g *bloodravenv1alpha1.MysqlFailoverGroup, o gated, now time.Time) *bloodravenv1alpha1.DeferralBudget {
 	for i := range g.Status.DeferralBudgets {
 		b := &g.Status.DeferralBudgets[i]
 		if b.Operation != o.op {
 			continue
 		}
 		if b.ID != o.id {
-			*b = v1.DeferralBudget{Operation: o.op, ID: o.id, FirstDeferredAt: metav1.NewMicroTime(now)}
+			*b = bloodravenv1alpha1.DeferralBudget{Operation: o.op, ID: o.id, FirstDeferredAt: metav1.NewMicroTime(now)}
 		}
 		return b
 	}
-	g.Status.DeferralBudgets = append(g.Status.DeferralBudgets, v1.DeferralBudget{Operation: o.op, ID: o.id, FirstDeferredAt: metav1.NewMicroTime(now)})
+	g.Status.DeferralBudgets = append(g.Status.DeferralBudgets, bloodravenv1alpha1.DeferralBudget{Operation: o.op, ID: o.id, FirstDeferredAt: metav1.NewMicroTime(now)})
 	return &g.Status.DeferralBudgets[len(g.Status.DeferralBudgets)-1]
 }
 
 // pruneDeferralBudgets drops the budgets of requests that ran or are gone
 // (policy.DeferralBudgetStands): hold grants are then granted again.
-func pruneDeferralBudgets(g *v1.MysqlFailoverGroup) {
+func pruneDeferralBudgets(g *bloodravenv1alpha1.MysqlFailoverGroup) {
 	if len(g.Status.DeferralBudgets) == 0 {
 		return
 	}
 	reqs := requests(g)
-	var kept []v1.DeferralBudget
+	var kept []bloodravenv1alpha1.DeferralBudget
 	for _, b := range g.Status.DeferralBudgets {
 		if policy.DeferralBudgetStands(b, reqs, g.Status.Operation(b.Operation, &g.Spec)) {
 			kept = append(kept, b)
@@ -181,7 +181,7 @@ func pruneDeferralBudgets(g *v1.MysqlFailoverGroup) {
 // the next pass decides again. The operations keep their migration mutex
 // (no tombstone). Announced like every revocation: one
 // DeploymentLeaseRevoked naming the operations, and the counter.
-func (r *GroupReconciler) revokeHolds(ctx context.Context, g *v1.MysqlFailoverGroup, holds []*leases.Record, objOf map[*leases.Record]*leasestore.Object) error {
+func (r *GroupReconciler) revokeHolds(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, holds []*leases.Record, objOf map[*leases.Record]*leasestore.Object) error {
 	now := r.Clock.Now()
 	var ops []string
 	var errs []error
@@ -210,7 +210,7 @@ func (r *GroupReconciler) revokeHolds(ctx context.Context, g *v1.MysqlFailoverGr
 // once; and the operation waits: it returns false, the reason
 // (policy.WaitSiteUnreachable naming the site, policy.WaitTargetNotReady or
 // policy.WaitFenceFailed) and the message.
-func (r *GroupReconciler) fenceOthers(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, op v1.OperationName, id, target string, st *step) (ok bool, reason, msg string) {
+func (r *GroupReconciler) fenceOthers(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, op bloodravenv1alpha1.OperationName, id, target string, st *step) (ok bool, reason, msg string) {
 	if ready, reason, msg := policy.PlannedReady(sites, target, g.Status.ActiveSite); !ready {
 		st.after(waitRetry)
 		return false, reason, msg
@@ -237,7 +237,7 @@ func (r *GroupReconciler) fenceOthers(ctx context.Context, g *v1.MysqlFailoverGr
 }
 
 // admit reads the group's leases fresh and decides.
-func (r *GroupReconciler) admit(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, target string, budgetSpent bool) (policy.Admission, map[*leases.Record]*leasestore.Object, error) {
+func (r *GroupReconciler) admit(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, target string, budgetSpent bool) (policy.Admission, map[*leases.Record]*leasestore.Object, error) {
 	objs, err := r.Leases.ListObjects(ctx, g.Namespace, g.Name, true)
 	if err != nil {
 		return policy.Admission{}, nil, err
@@ -252,7 +252,7 @@ func (r *GroupReconciler) admit(ctx context.Context, g *v1.MysqlFailoverGroup, s
 // the end of every lapsed hold durable: each is written as expired with the
 // resourceVersion just read. A write that conflicts means a renewal or
 // re-grant landed first; the decision is taken again from fresh reads.
-func (r *GroupReconciler) confirmAdmission(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, target string, budgetSpent bool) (policy.Admission, error) {
+func (r *GroupReconciler) confirmAdmission(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, target string, budgetSpent bool) (policy.Admission, error) {
 	var adm policy.Admission
 	err := leasestore.Optimistic(func(bool) error {
 		var objOf map[*leases.Record]*leasestore.Object
@@ -273,7 +273,7 @@ func (r *GroupReconciler) confirmAdmission(ctx context.Context, g *v1.MysqlFailo
 	return adm, err
 }
 
-func (r *GroupReconciler) releaseReservation(g *v1.MysqlFailoverGroup, op v1.OperationName) {
+func (r *GroupReconciler) releaseReservation(g *bloodravenv1alpha1.MysqlFailoverGroup, op bloodravenv1alpha1.OperationName) {
 	if res := g.Status.Reservation; res != nil && res.Operation == op {
 		g.Status.Reservation = nil
 	}

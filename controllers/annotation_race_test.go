@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployapi"
 	"github.com/shipstream/bloodraven/internal/scene"
 	"github.com/shipstream/bloodraven/leases"
@@ -57,7 +57,7 @@ func TestAGrantThatLandsBetweenTheRevocationAndTheAnnotationsRemovalIsRevoked(t 
 	var gatePatch atomic.Bool
 	f.rec.Client = intercepted(t, interceptor.Funcs{
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			if _, isGroup := obj.(*v1.MysqlFailoverGroup); isGroup && gatePatch.CompareAndSwap(true, false) {
+			if _, isGroup := obj.(*bloodravenv1alpha1.MysqlFailoverGroup); isGroup && gatePatch.CompareAndSwap(true, false) {
 				close(writeNow)
 				<-written
 				defer close(removed)
@@ -82,8 +82,8 @@ func TestAGrantThatLandsBetweenTheRevocationAndTheAnnotationsRemovalIsRevoked(t 
 	}()
 	// The grant has read the group (no annotation) and waits at its write.
 	waitUntil(t, func() bool { return !gateWrite.Load() })
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-		metav1.SetMetaDataAnnotation(&g.ObjectMeta, v1.RevokeDeploymentLeasesAnnotation, "")
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+		metav1.SetMetaDataAnnotation(&g.ObjectMeta, bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation, "")
 	})
 	gatePatch.Store(true)
 	f.reconcile()
@@ -91,7 +91,7 @@ func TestAGrantThatLandsBetweenTheRevocationAndTheAnnotationsRemovalIsRevoked(t 
 	if a.status != http.StatusCreated {
 		t.Fatalf("setup: the racing grant answered %d %v; the race was not staged", a.status, a.body)
 	}
-	if _, ok := f.get().Annotations[v1.RevokeDeploymentLeasesAnnotation]; ok {
+	if _, ok := f.get().Annotations[bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation]; ok {
 		t.Fatal("setup: the annotation was not removed")
 	}
 	_, rec, err := store.GetOwn(f.ctx, f.get(), leases.KindMigration, "op-late", true)

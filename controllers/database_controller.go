@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/policy"
 )
 
@@ -68,7 +68,7 @@ type DatabaseReconciler struct {
 
 // Reconcile writes the database's conditions when they changed.
 func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	db := &v1.MysqlDatabase{}
+	db := &bloodravenv1alpha1.MysqlDatabase{}
 	if err := r.Client.Get(ctx, req.NamespacedName, db); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -84,7 +84,7 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		}
 		meta.SetStatusCondition(&db.Status.Conditions, c)
 	}
-	g := &v1.MysqlFailoverGroup{}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: db.Spec.GroupRef.Name}, g)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -99,10 +99,10 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		map[bool]string{true: fmt.Sprintf("%d ServiceAccount(s) may coordinate deployments", n), false: "no ServiceAccount may call the deployment API for this database"}[n > 0])
 	db.Status.ObservedGeneration = db.Generation
 
-	verifiedAs, annotated := db.Annotations[v1.SchemaVerifiedAnnotation]
+	verifiedAs, annotated := db.Annotations[bloodravenv1alpha1.SchemaVerifiedAnnotation]
 	verification := policy.OpenGate(db.Status, verifiedAs, annotated, db.Generation, now.Time)
 	db.Status = verification.Status
-	var announce *v1.SchemaVerification
+	var announce *bloodravenv1alpha1.SchemaVerification
 	if p := db.Status.PendingVerification; p != nil && !p.Announced {
 		p.Announced = true
 		announce = p
@@ -113,7 +113,7 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		}
 		if announce != nil {
 			EventSchemaVerificationRequired.emit(r.Recorder, db, announce.OperationID, announce.TopologyGeneration, announce.Ended,
-				v1.SchemaVerifiedAnnotation, announce.OperationID)
+				bloodravenv1alpha1.SchemaVerifiedAnnotation, announce.OperationID)
 		}
 		if verification.Opened {
 			EventSchemaVerified.emit(r.Recorder, db, verifiedAs)
@@ -121,9 +121,9 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	if verification.RemoveAnnotation {
 		patch := client.MergeFrom(db.DeepCopy())
-		delete(db.Annotations, v1.SchemaVerifiedAnnotation)
+		delete(db.Annotations, bloodravenv1alpha1.SchemaVerifiedAnnotation)
 		if err := r.Client.Patch(ctx, db, patch); err != nil {
-			return ctrl.Result{}, fmt.Errorf("remove %s: %w", v1.SchemaVerifiedAnnotation, err)
+			return ctrl.Result{}, fmt.Errorf("remove %s: %w", bloodravenv1alpha1.SchemaVerifiedAnnotation, err)
 		}
 	}
 	return ctrl.Result{}, nil
@@ -143,9 +143,9 @@ func (r *DatabaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		workers = DefaultDatabaseWorkers
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1.MysqlDatabase{}).
+		For(&bloodravenv1alpha1.MysqlDatabase{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
-		Watches(&v1.MysqlFailoverGroup{}, handler.EnqueueRequestsFromMapFunc(r.databasesOf(mgr.GetClient())),
+		Watches(&bloodravenv1alpha1.MysqlFailoverGroup{}, handler.EnqueueRequestsFromMapFunc(r.databasesOf(mgr.GetClient())),
 			builder.WithPredicates(groupExistence)).
 		Complete(r)
 }
@@ -165,7 +165,7 @@ func (r *DatabaseReconciler) databasesOf(c client.Reader) handler.MapFunc {
 		if r.GroupIndex != "" {
 			opts = append(opts, client.MatchingFields{r.GroupIndex: obj.GetName()})
 		}
-		var list v1.MysqlDatabaseList
+		var list bloodravenv1alpha1.MysqlDatabaseList
 		if err := c.List(ctx, &list, opts...); err != nil {
 			return nil
 		}

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/scene"
 )
@@ -27,8 +27,8 @@ func TestDatabaseStatusSaysWhetherItsGroupExistsAndWhoMayDeploy(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	r := &DatabaseReconciler{Client: env.Client, Clock: clocktesting.NewFakeClock(metav1.Now().Time)}
-	db := &v1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Name: "orders-app", Namespace: ns},
-		Spec: v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: "orders"}, DatabaseName: "orders"}}
+	db := &bloodravenv1alpha1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Name: "orders-app", Namespace: ns},
+		Spec: bloodravenv1alpha1.MysqlDatabaseSpec{GroupRef: bloodravenv1alpha1.GroupReference{Name: "orders"}, DatabaseName: "orders"}}
 	if err := env.Client.Create(ctx, db); err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestDatabaseStatusSaysWhetherItsGroupExistsAndWhoMayDeploy(t *testing.T) {
 		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}); err != nil {
 			t.Fatal(err)
 		}
-		got := &v1.MysqlDatabase{}
+		got := &bloodravenv1alpha1.MysqlDatabase{}
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(db), got); err != nil {
 			t.Fatal(err)
 		}
@@ -52,8 +52,8 @@ func TestDatabaseStatusSaysWhetherItsGroupExistsAndWhoMayDeploy(t *testing.T) {
 	}
 	check(metav1.ConditionFalse, metav1.ConditionFalse)
 
-	g := &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: ns},
-		Spec: v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}, {Name: "pdx"}}}}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: ns},
+		Spec: bloodravenv1alpha1.MysqlFailoverGroupSpec{Sites: []bloodravenv1alpha1.Site{{Name: "iad"}, {Name: "pdx"}}}}
 	if err := env.Client.Create(ctx, g); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestDatabaseStatusSaysWhetherItsGroupExistsAndWhoMayDeploy(t *testing.T) {
 		t.Fatalf("a group change maps to %v, want its database", reqs)
 	}
 	patch := client.MergeFrom(db.DeepCopy())
-	db.Spec.DeploymentClients = []v1.DeploymentClient{{Namespace: "application", ServiceAccount: "deploy"}}
+	db.Spec.DeploymentClients = []bloodravenv1alpha1.DeploymentClient{{Namespace: "application", ServiceAccount: "deploy"}}
 	if err := env.Client.Patch(ctx, db, patch); err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ type countingClient struct {
 }
 
 func (c *countingClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if _, ok := obj.(*v1.MysqlDatabase); ok {
+	if _, ok := obj.(*bloodravenv1alpha1.MysqlDatabase); ok {
 		c.reconciles.Add(1)
 	}
 	return c.Client.Get(ctx, key, obj, opts...)
@@ -122,7 +122,7 @@ func TestAGroupsStatusWritesCostTheDatabaseControllerNothing(t *testing.T) {
 	}
 	groupFound := func(want metav1.ConditionStatus) bool {
 		for _, name := range []string{"orders-app", "orders-reports"} {
-			db := &v1.MysqlDatabase{}
+			db := &bloodravenv1alpha1.MysqlDatabase{}
 			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, db); err != nil {
 				t.Fatal(err)
 			}

@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/utils/ptr"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -18,7 +18,7 @@ import (
 // failover proceeds. The migration mutex is fenced by the move as usual.
 func TestTheDeferralBudgetWarnsThenRevokesTheHoldsAndProceeds(t *testing.T) {
 	f := newFixture(t, true)
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.MaxDeferralSeconds = ptr.To[int32](600) })
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) { g.Spec.MaxDeferralSeconds = ptr.To[int32](600) })
 	f.settle()
 	migToken, _ := f.grant("migration", "op-1", 120)
 	holdToken, _ := f.grant("failover-hold", "op-1", 120)
@@ -36,7 +36,7 @@ func TestTheDeferralBudgetWarnsThenRevokesTheHoldsAndProceeds(t *testing.T) {
 
 	pf := f.get().Status.PlannedFailover
 	exhausts := start.Add(10 * time.Minute)
-	if pf.Phase != v1.PlannedFailoverPhaseDeferred || pf.Admission == nil || pf.Admission.BudgetExhaustsAt == nil ||
+	if pf.Phase != bloodravenv1alpha1.PlannedFailoverPhaseDeferred || pf.Admission == nil || pf.Admission.BudgetExhaustsAt == nil ||
 		!pf.Admission.BudgetExhaustsAt.Time.Equal(exhausts) {
 		t.Fatalf("deferred %+v, want budgetExhaustsAt %v", pf, exhausts)
 	}
@@ -61,7 +61,7 @@ func TestTheDeferralBudgetWarnsThenRevokesTheHoldsAndProceeds(t *testing.T) {
 	if ev := f.events("DeferralBudgetWarning", 1); len(ev) != 1 {
 		t.Fatalf("DeferralBudgetWarning events: %d", len(ev))
 	}
-	if f.get().Status.PlannedFailover.Phase != v1.PlannedFailoverPhaseDeferred {
+	if f.get().Status.PlannedFailover.Phase != bloodravenv1alpha1.PlannedFailoverPhaseDeferred {
 		t.Fatal("proceeded before the budget was spent")
 	}
 	for i := 0; i < 4; i++ {
@@ -71,7 +71,7 @@ func TestTheDeferralBudgetWarnsThenRevokesTheHoldsAndProceeds(t *testing.T) {
 	}
 	// 10 minutes: spent. The hold is revoked, the failover ran.
 	g := f.get()
-	if g.Status.ActiveSite != "pdx" || g.Status.PlannedFailover.Phase != v1.PlannedFailoverPhaseCompleted {
+	if g.Status.ActiveSite != "pdx" || g.Status.PlannedFailover.Phase != bloodravenv1alpha1.PlannedFailoverPhaseCompleted {
 		t.Fatalf("after the budget: %s %+v", g.Status.ActiveSite, g.Status.PlannedFailover)
 	}
 	if ev := f.events("DeferralBudgetExhausted", 1); len(ev) != 1 {
@@ -105,7 +105,7 @@ func TestTheDeferralBudgetWarnsThenRevokesTheHoldsAndProceeds(t *testing.T) {
 // migration_not_held.
 func TestASpentBudgetRefusesNewHolds(t *testing.T) {
 	f := newFixture(t, true)
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.MaxDeferralSeconds = ptr.To[int32](60) })
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) { g.Spec.MaxDeferralSeconds = ptr.To[int32](60) })
 	f.settle()
 	f.grant("migration", "op-1", 120)
 	f.grant("failover-hold", "op-1", 120)
@@ -134,7 +134,7 @@ func TestASpentBudgetRefusesNewHolds(t *testing.T) {
 // hold ends by the move (topology_changed), not by the budget.
 func TestEmergencyFailoverReadsNoDeferralBudget(t *testing.T) {
 	f := newFixture(t, true)
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.MaxDeferralSeconds = ptr.To[int32](600) })
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) { g.Spec.MaxDeferralSeconds = ptr.To[int32](600) })
 	f.settle()
 	f.grant("migration", "op-1", 120)
 	holdTok, _ := f.grant("failover-hold", "op-1", 120)

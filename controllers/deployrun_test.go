@@ -9,11 +9,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/policy"
 )
 
-func (f *fixture) runOf(op string) *v1.DeployRun {
+func (f *fixture) runOf(op string) *bloodravenv1alpha1.DeployRun {
 	f.t.Helper()
 	r := f.latestRun(op)
 	if r == nil {
@@ -24,13 +24,13 @@ func (f *fixture) runOf(op string) *v1.DeployRun {
 
 // latestRun is the DeployRun of op's latest tenure for counter-app, nil
 // when it has none.
-func (f *fixture) latestRun(op string) *v1.DeployRun {
+func (f *fixture) latestRun(op string) *bloodravenv1alpha1.DeployRun {
 	f.t.Helper()
-	var list v1.DeployRunList
+	var list bloodravenv1alpha1.DeployRunList
 	if err := env.Client.List(f.ctx, &list, client.InNamespace(f.ns)); err != nil {
 		f.t.Fatal(err)
 	}
-	var out *v1.DeployRun
+	var out *bloodravenv1alpha1.DeployRun
 	for i := range list.Items {
 		r := &list.Items[i]
 		if r.Spec.OperationID != op || r.Spec.Instance != "counter-app" {
@@ -45,7 +45,7 @@ func (f *fixture) latestRun(op string) *v1.DeployRun {
 
 func (f *fixture) runOps() []string {
 	f.t.Helper()
-	var list v1.DeployRunList
+	var list bloodravenv1alpha1.DeployRunList
 	if err := env.Client.List(f.ctx, &list, client.InNamespace(f.ns)); err != nil {
 		f.t.Fatal(err)
 	}
@@ -61,15 +61,15 @@ func TestBookkeepingWritesTheRunTheAPIDidNotAndRecordsItsEnd(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		end     func(f *fixture)
-		outcome v1.DeployRunOutcome
+		outcome bloodravenv1alpha1.DeployRunOutcome
 		reason  string
 	}{
-		{"its lease expires", func(f *fixture) { f.clock.Step(21 * time.Second) }, v1.DeployRunExpired, ""},
+		{"its lease expires", func(f *fixture) { f.clock.Step(21 * time.Second) }, bloodravenv1alpha1.DeployRunExpired, ""},
 		{"the operator revokes it", func(f *fixture) {
-			f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-				metav1.SetMetaDataAnnotation(&g.ObjectMeta, v1.RevokeDeploymentLeasesAnnotation, "")
+			f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+				metav1.SetMetaDataAnnotation(&g.ObjectMeta, bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation, "")
 			})
-		}, v1.DeployRunRevoked, "operator_revoked"},
+		}, bloodravenv1alpha1.DeployRunRevoked, "operator_revoked"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, true)
@@ -88,7 +88,7 @@ func TestBookkeepingWritesTheRunTheAPIDidNotAndRecordsItsEnd(t *testing.T) {
 			}
 			f.clock.Step(policy.RunBackstopDelay)
 			f.reconcile()
-			if r := f.runOf("op-1"); r.Status.Outcome != v1.DeployRunRunning || r.Status.Phase != "ddl" || r.Spec.GrantGeneration != 1 {
+			if r := f.runOf("op-1"); r.Status.Outcome != bloodravenv1alpha1.DeployRunRunning || r.Status.Phase != "ddl" || r.Spec.GrantGeneration != 1 {
 				t.Fatalf("run after bookkeeping: %+v %+v", r.Spec, r.Status)
 			}
 			tc.end(f)
@@ -103,7 +103,7 @@ func TestBookkeepingWritesTheRunTheAPIDidNotAndRecordsItsEnd(t *testing.T) {
 
 func TestBookkeepingKeepsTheHistoryPerInstance(t *testing.T) {
 	f := newFixture(t, true)
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.DeployRunHistory = 2 })
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) { g.Spec.DeployRunHistory = 2 })
 	f.settle()
 	for _, op := range []string{"op-1", "op-2", "op-3", "op-4"} {
 		token, _ := f.grant("migration", op, 30)
@@ -118,7 +118,7 @@ func TestBookkeepingKeepsTheHistoryPerInstance(t *testing.T) {
 	if got := f.runOps(); len(got) != 2 || got[0] != "op-4" || got[1] != "op-5" {
 		t.Fatalf("runs kept: %v, want op-4 and op-5", got)
 	}
-	if r := f.runOf("op-4"); r.Status.Outcome != v1.DeployRunSucceeded {
+	if r := f.runOf("op-4"); r.Status.Outcome != bloodravenv1alpha1.DeployRunSucceeded {
 		t.Fatalf("op-4: %+v", r.Status)
 	}
 }
@@ -130,20 +130,20 @@ func TestARunWhoseRecordWasReplacedUnseenEndsUnknown(t *testing.T) {
 	start := f.runOf("op-1").Status.StartTime
 	f.clock.Step(31 * time.Second)
 	f.grant("migration", "op-2", 30) // the API records op-1's end first
-	if r := f.runOf("op-1"); r.Status.Outcome != v1.DeployRunExpired {
+	if r := f.runOf("op-1"); r.Status.Outcome != bloodravenv1alpha1.DeployRunExpired {
 		t.Fatalf("op-1 after the take-over: %+v", r.Status)
 	}
 	// As if that write had been lost: op-1 still says running.
 	r := f.runOf("op-1")
-	r.Status = v1.DeployRunStatus{Outcome: v1.DeployRunRunning, Phase: "pre-ddl", StartTime: start}
+	r.Status = bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunRunning, Phase: "pre-ddl", StartTime: start}
 	if err := env.Client.Status().Update(f.ctx, r); err != nil {
 		t.Fatal(err)
 	}
 	f.reconcile()
-	if r := f.runOf("op-1"); r.Status.Outcome != v1.DeployRunUnknown || r.Status.LeaseEnd != v1.LeaseUnknown {
+	if r := f.runOf("op-1"); r.Status.Outcome != bloodravenv1alpha1.DeployRunUnknown || r.Status.LeaseEnd != bloodravenv1alpha1.LeaseUnknown {
 		t.Fatalf("op-1, displaced unseen: %+v", r.Status)
 	}
-	if r := f.runOf("op-2"); r.Status.Outcome != v1.DeployRunRunning {
+	if r := f.runOf("op-2"); r.Status.Outcome != bloodravenv1alpha1.DeployRunRunning {
 		t.Fatalf("op-2: %+v", r.Status)
 	}
 }

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployapi"
 	"github.com/shipstream/bloodraven/internal/scene"
 	"github.com/shipstream/bloodraven/internal/testenv"
@@ -38,7 +38,7 @@ type fixture struct {
 	t       *testing.T
 	ctx     context.Context
 	ns      string
-	group   *v1.MysqlFailoverGroup
+	group   *bloodravenv1alpha1.MysqlFailoverGroup
 	clock   *clocktesting.FakeClock
 	driver  *memory.Driver
 	rec     *GroupReconciler
@@ -57,7 +57,7 @@ func newFixture(t *testing.T, withDriver bool) *fixture {
 	if err := env.Client.Create(f.ctx, f.group); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.Client.Create(f.ctx, scene.Database(f.ns, "counter-app", "playground", v1.DeploymentClient{Namespace: f.ns, ServiceAccount: "deploy"})); err != nil {
+	if err := env.Client.Create(f.ctx, scene.Database(f.ns, "counter-app", "playground", bloodravenv1alpha1.DeploymentClient{Namespace: f.ns, ServiceAccount: "deploy"})); err != nil {
 		t.Fatal(err)
 	}
 	var err error
@@ -112,16 +112,16 @@ func (f *fixture) settle() ctrl.Result {
 	return ctrl.Result{}
 }
 
-func (f *fixture) get() *v1.MysqlFailoverGroup {
+func (f *fixture) get() *bloodravenv1alpha1.MysqlFailoverGroup {
 	f.t.Helper()
-	g := &v1.MysqlFailoverGroup{}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	if err := env.Client.Get(f.ctx, client.ObjectKeyFromObject(f.group), g); err != nil {
 		f.t.Fatal(err)
 	}
 	return g
 }
 
-func (f *fixture) patchSpec(mutate func(*v1.MysqlFailoverGroup)) {
+func (f *fixture) patchSpec(mutate func(*bloodravenv1alpha1.MysqlFailoverGroup)) {
 	f.t.Helper()
 	g := f.get()
 	mutate(g)
@@ -189,7 +189,7 @@ func (f *fixture) eventsOf(name, reason string, want int) []corev1.Event {
 	}
 }
 
-func (f *fixture) deferredCount(op v1.OperationName) float64 {
+func (f *fixture) deferredCount(op bloodravenv1alpha1.OperationName) float64 {
 	return testutil.ToFloat64(f.metrics.Deferred.WithLabelValues(f.ns, "playground", string(op)))
 }
 

@@ -13,14 +13,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/policy"
 )
 
 // database reads the fixture's database.
-func (f *fixture) database() *v1.MysqlDatabase {
+func (f *fixture) database() *bloodravenv1alpha1.MysqlDatabase {
 	f.t.Helper()
-	db := &v1.MysqlDatabase{}
+	db := &bloodravenv1alpha1.MysqlDatabase{}
 	if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "counter-app"}, db); err != nil {
 		f.t.Fatal(err)
 	}
@@ -45,8 +45,8 @@ func TestTheGateClosesWhenAMigrationEndsPastItsDDLBoundaryAndOpensOnTheAnnotatio
 	}{
 		{"its lease expires", func(f *fixture) { f.clock.Step(31 * time.Second) }, "expired", ""},
 		{"the operator revokes it", func(f *fixture) {
-			f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-				metav1.SetMetaDataAnnotation(&g.ObjectMeta, v1.RevokeDeploymentLeasesAnnotation, "")
+			f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+				metav1.SetMetaDataAnnotation(&g.ObjectMeta, bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation, "")
 			})
 		}, "revoked", "operator_revoked"},
 	} {
@@ -78,7 +78,7 @@ func TestTheGateClosesWhenAMigrationEndsPastItsDDLBoundaryAndOpensOnTheAnnotatio
 			if evs := f.eventsOf("counter-app", "SchemaVerificationRequired", 1); len(evs) != 1 || evs[0].Type != corev1.EventTypeWarning {
 				t.Fatalf("SchemaVerificationRequired events: %+v", evs)
 			} else {
-				mustContain(t, evs[0].Message, "op-1", tc.ended, v1.SchemaVerifiedAnnotation+"=op-1")
+				mustContain(t, evs[0].Message, "op-1", tc.ended, bloodravenv1alpha1.SchemaVerifiedAnnotation+"=op-1")
 			}
 			if !f.database().Status.PendingVerification.Announced {
 				t.Fatal("not marked announced")
@@ -92,14 +92,14 @@ func TestTheGateClosesWhenAMigrationEndsPastItsDDLBoundaryAndOpensOnTheAnnotatio
 				t.Helper()
 				db := f.database()
 				patch := client.MergeFrom(db.DeepCopy())
-				metav1.SetMetaDataAnnotation(&db.ObjectMeta, v1.SchemaVerifiedAnnotation, op)
+				metav1.SetMetaDataAnnotation(&db.ObjectMeta, bloodravenv1alpha1.SchemaVerifiedAnnotation, op)
 				if err := env.Client.Patch(f.ctx, db, patch); err != nil {
 					t.Fatal(err)
 				}
 			}
 			annotate("op-0")
 			reconcileDB()
-			if db := f.database(); db.Status.PendingVerification == nil || db.Annotations[v1.SchemaVerifiedAnnotation] != "op-0" {
+			if db := f.database(); db.Status.PendingVerification == nil || db.Annotations[bloodravenv1alpha1.SchemaVerifiedAnnotation] != "op-0" {
 				t.Fatalf("a wrong verification changed something: %+v %v", db.Status.PendingVerification, db.Annotations)
 			}
 			annotate("op-1")
@@ -110,7 +110,7 @@ func TestTheGateClosesWhenAMigrationEndsPastItsDDLBoundaryAndOpensOnTheAnnotatio
 			if db.Status.PendingVerification != nil || db.Status.LastVerifiedOperationID != "op-1" || c == nil || c.Status != metav1.ConditionFalse {
 				t.Fatalf("after verification: %+v, condition %+v", db.Status, c)
 			}
-			if _, ok := db.Annotations[v1.SchemaVerifiedAnnotation]; ok {
+			if _, ok := db.Annotations[bloodravenv1alpha1.SchemaVerifiedAnnotation]; ok {
 				t.Fatal("the annotation was not removed")
 			}
 			if evs := f.eventsOf("counter-app", "SchemaVerified", 1); len(evs) != 1 {
@@ -141,7 +141,7 @@ func TestARerunOfAVerifiedOperationClosesTheGateAgain(t *testing.T) {
 		t.Helper()
 		db := f.database()
 		patch := client.MergeFrom(db.DeepCopy())
-		metav1.SetMetaDataAnnotation(&db.ObjectMeta, v1.SchemaVerifiedAnnotation, op)
+		metav1.SetMetaDataAnnotation(&db.ObjectMeta, bloodravenv1alpha1.SchemaVerifiedAnnotation, op)
 		if err := env.Client.Patch(f.ctx, db, patch); err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployapi"
 	"github.com/shipstream/bloodraven/deployrun"
 	"github.com/shipstream/bloodraven/internal/scene"
@@ -41,8 +41,8 @@ func TestAGrantThatLandsJustAfterAMoveIsWithdrawnAndItsRetryGranted(t *testing.T
 			}
 			// The grant has read the group at generation 1 and decided:
 			// the planned failover completes before its write lands.
-			f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-				g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
+			f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+				g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
 			})
 			for i := 0; i < 20 && f.get().Status.TopologyGeneration < 2; i++ {
 				f.reconcile()

@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
@@ -129,7 +129,7 @@ func (r *GroupReconciler) driver() topology.Driver {
 // while the group is being deleted.
 func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ctx = topology.WithLeaderCheck(ctx, r.Leading)
-	g := &v1.MysqlFailoverGroup{}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	if err := r.API.Get(ctx, req.NamespacedName, g); err != nil {
 		if apierrors.IsNotFound(err) && r.Prober != nil {
 			r.Prober.Forget(req.NamespacedName)
@@ -210,7 +210,7 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	r.observe(g, sites)
 	if st.degraded != "" {
 		g.Status.Health.DegradedReason = st.degraded
-		setCondition(g, v1.ConditionDegraded, true, "SiteFenced", st.degraded, r.now())
+		setCondition(g, bloodravenv1alpha1.ConditionDegraded, true, "SiteFenced", st.degraded, r.now())
 	}
 	if !equality.Semantic.DeepEqual(persisted, &g.Status) {
 		if err := r.writeStatus(ctx, g); err != nil {
@@ -230,7 +230,7 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 }
 
 // probe is the reconcile's probe: the prober's when there is one.
-func (r *GroupReconciler) probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topology.SiteState, error) {
+func (r *GroupReconciler) probe(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) ([]topology.SiteState, error) {
 	if r.Prober != nil {
 		return r.Prober.Probe(ctx, g)
 	}
@@ -239,7 +239,7 @@ func (r *GroupReconciler) probe(ctx context.Context, g *v1.MysqlFailoverGroup) (
 
 // invalidate tells the prober that what it saw of g no longer stands in for
 // a probe: the controller acted on g's data plane.
-func (r *GroupReconciler) invalidate(g *v1.MysqlFailoverGroup) {
+func (r *GroupReconciler) invalidate(g *bloodravenv1alpha1.MysqlFailoverGroup) {
 	if r.Prober != nil {
 		r.Prober.Invalidate(g)
 	}
@@ -248,7 +248,7 @@ func (r *GroupReconciler) invalidate(g *v1.MysqlFailoverGroup) {
 // urgency is the queue priority of the group's next reconcile: urgent while
 // its primary is lost or unreachable, or a transition is under way; routine
 // (0) otherwise, which also ends an urgency the queue remembered.
-func urgency(g *v1.MysqlFailoverGroup, sites []topology.SiteState) *int {
+func urgency(g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState) *int {
 	p := 0
 	if g.Status.PrimaryLostAt != nil || g.Status.Transition != nil {
 		p = PriorityUrgent
@@ -277,7 +277,7 @@ func (r *GroupReconciler) promoteTimeout() time.Duration {
 
 // writeStatus persists g.Status with g's resourceVersion; a Conflict means
 // someone else wrote first and the reconcile is retried from fresh state.
-func (r *GroupReconciler) writeStatus(ctx context.Context, g *v1.MysqlFailoverGroup) error {
+func (r *GroupReconciler) writeStatus(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) error {
 	g.Status.ObservedGeneration = g.Generation
 	// A request that has run (the write that completes it included) or is
 	// gone takes its deferral budget with it: holds are granted again.
@@ -292,7 +292,7 @@ func (r *GroupReconciler) writeStatus(ctx context.Context, g *v1.MysqlFailoverGr
 func (r *GroupReconciler) now() metav1.Time { return metav1.NewTime(r.Clock.Now()) }
 
 // observe writes health and conditions from a probe.
-func (r *GroupReconciler) observe(g *v1.MysqlFailoverGroup, sites []topology.SiteState) {
+func (r *GroupReconciler) observe(g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState) {
 	h, conds := policy.Observe(g.Status.ActiveSite, sites)
 	g.Status.Health = h
 	now := r.now()
@@ -300,10 +300,10 @@ func (r *GroupReconciler) observe(g *v1.MysqlFailoverGroup, sites []topology.Sit
 		setCondition(g, c.Type, c.True, c.Reason, c.Message, now)
 	}
 	held, reason := policy.AutomaticFailoverHeld(g.Status.PlannedFailover)
-	setCondition(g, v1.ConditionAutomaticFailoverHeld, held, reason, "", now)
+	setCondition(g, bloodravenv1alpha1.ConditionAutomaticFailoverHeld, held, reason, "", now)
 }
 
-func setCondition(g *v1.MysqlFailoverGroup, typ string, val bool, reason, msg string, now metav1.Time) {
+func setCondition(g *bloodravenv1alpha1.MysqlFailoverGroup, typ string, val bool, reason, msg string, now metav1.Time) {
 	status := metav1.ConditionFalse
 	if val {
 		status = metav1.ConditionTrue
@@ -317,7 +317,7 @@ func setCondition(g *v1.MysqlFailoverGroup, typ string, val bool, reason, msg st
 
 // finalize deletes every deployment Lease and tombstone of the group, then
 // releases the finalizer.
-func (r *GroupReconciler) finalize(ctx context.Context, g *v1.MysqlFailoverGroup) error {
+func (r *GroupReconciler) finalize(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) error {
 	if !controllerutil.ContainsFinalizer(g, Finalizer) {
 		return nil
 	}
@@ -354,11 +354,11 @@ func (r *GroupReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// The bookkeeping reads DeployRuns from the cache: their informer starts
 	// with the manager, whose start fails (missing CRD or RBAC) instead of
 	// a reconcile waiting for an informer that never syncs.
-	if _, err := mgr.GetCache().GetInformer(context.Background(), &v1.DeployRun{}); err != nil {
+	if _, err := mgr.GetCache().GetInformer(context.Background(), &bloodravenv1alpha1.DeployRun{}); err != nil {
 		return fmt.Errorf("DeployRun informer: %w", err)
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&v1.MysqlFailoverGroup{}, builder.WithPredicates(notStatusOnly())).
+		For(&bloodravenv1alpha1.MysqlFailoverGroup{}, builder.WithPredicates(notStatusOnly())).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(leaseOwner),
 			builder.WithPredicates(leaseDecisionChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers})
@@ -422,7 +422,7 @@ func notStatusOnly() predicate.Predicate {
 // leaseOwner maps a deployment Lease to its group.
 func leaseOwner(_ context.Context, obj client.Object) []reconcile.Request {
 	for _, o := range obj.GetOwnerReferences() {
-		if o.Kind == "MysqlFailoverGroup" && o.APIVersion == v1.GroupVersion.String() {
+		if o.Kind == "MysqlFailoverGroup" && o.APIVersion == bloodravenv1alpha1.GroupVersion.String() {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: o.Name}}}
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/topology/prober"
 )
@@ -25,7 +25,7 @@ func TestBootstrapSetsGenerationOne(t *testing.T) {
 	if g.Status.ActiveSite != "iad" || g.Status.TopologyGeneration != 1 || g.Status.Transition != nil {
 		t.Fatalf("after bootstrap: %s/%d transition %v", g.Status.ActiveSite, g.Status.TopologyGeneration, g.Status.Transition)
 	}
-	if !meta.IsStatusConditionTrue(g.Status.Conditions, v1.ConditionReady) || !g.Status.Health.ReplicationRunning {
+	if !meta.IsStatusConditionTrue(g.Status.Conditions, bloodravenv1alpha1.ConditionReady) || !g.Status.Health.ReplicationRunning {
 		t.Fatalf("conditions %+v health %+v", g.Status.Conditions, g.Status.Health)
 	}
 	if len(f.events("Bootstrapped", 1)) != 1 {
@@ -50,7 +50,7 @@ func TestWithoutADriverTheGroupReportsNoPrimary(t *testing.T) {
 	if g.Status.ActiveSite != "" || g.Status.TopologyGeneration != 0 {
 		t.Fatalf("pretended a primary: %s/%d", g.Status.ActiveSite, g.Status.TopologyGeneration)
 	}
-	if !meta.IsStatusConditionTrue(g.Status.Conditions, v1.ConditionNoPrimary) || g.Status.Health.Ready {
+	if !meta.IsStatusConditionTrue(g.Status.Conditions, bloodravenv1alpha1.ConditionNoPrimary) || g.Status.Health.Ready {
 		t.Fatalf("conditions %+v", g.Status.Conditions)
 	}
 }
@@ -65,13 +65,13 @@ func TestPlannedFailoverDefersBehindAHoldAndFencesTheMigration(t *testing.T) {
 	migTok, _ := f.grant("migration", "op-1", 30)
 	holdTok, holdExp := f.grant("failover-hold", "op-1", 30)
 
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-		g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-42", TargetSite: "pdx"}
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+		g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "req-42", TargetSite: "pdx"}
 	})
 	res := f.settle()
 	g := f.get()
 	pf := g.Status.PlannedFailover
-	if pf == nil || pf.Phase != v1.PlannedFailoverPhaseDeferred || pf.Reason != "DeploymentHold" || pf.Admission == nil ||
+	if pf == nil || pf.Phase != bloodravenv1alpha1.PlannedFailoverPhaseDeferred || pf.Reason != "DeploymentHold" || pf.Admission == nil ||
 		pf.Admission.DeferReason != "DeploymentHold" || !pf.Admission.RetryTime.Time.Equal(holdExp) {
 		t.Fatalf("planned failover = %+v (admission %+v), want Deferred/DeploymentHold until %v", pf, pf.Admission, holdExp)
 	}
@@ -82,8 +82,8 @@ func TestPlannedFailoverDefersBehindAHoldAndFencesTheMigration(t *testing.T) {
 	if g.Status.Reservation != nil || g.Status.TopologyGeneration != 1 {
 		t.Fatalf("deferred but reservation %+v generation %d", g.Status.Reservation, g.Status.TopologyGeneration)
 	}
-	if f.deferredCount(v1.OperationPlannedFailover) != 1 {
-		t.Fatalf("deferred counter = %v", f.deferredCount(v1.OperationPlannedFailover))
+	if f.deferredCount(bloodravenv1alpha1.OperationPlannedFailover) != 1 {
+		t.Fatalf("deferred counter = %v", f.deferredCount(bloodravenv1alpha1.OperationPlannedFailover))
 	}
 	ev := f.events("PlannedFailoverDeferred", 1)
 	if len(ev) != 1 {
@@ -105,11 +105,11 @@ func TestPlannedFailoverDefersBehindAHoldAndFencesTheMigration(t *testing.T) {
 	newExp, _ := time.Parse(time.RFC3339Nano, r.body["expiresAt"].(string))
 	f.settle()
 	pf = f.get().Status.PlannedFailover
-	if pf.Phase != v1.PlannedFailoverPhaseDeferred || !pf.Admission.RetryTime.Time.Equal(newExp) {
+	if pf.Phase != bloodravenv1alpha1.PlannedFailoverPhaseDeferred || !pf.Admission.RetryTime.Time.Equal(newExp) {
 		t.Fatalf("after renewal: %+v retry %v, want %v", pf, pf.Admission.RetryTime, newExp)
 	}
-	if f.deferredCount(v1.OperationPlannedFailover) != 1 {
-		t.Fatalf("deferred counter = %v after a renewal, want still 1", f.deferredCount(v1.OperationPlannedFailover))
+	if f.deferredCount(bloodravenv1alpha1.OperationPlannedFailover) != 1 {
+		t.Fatalf("deferred counter = %v after a renewal, want still 1", f.deferredCount(bloodravenv1alpha1.OperationPlannedFailover))
 	}
 
 	// Release: the very next reconcile proceeds.
@@ -118,7 +118,7 @@ func TestPlannedFailoverDefersBehindAHoldAndFencesTheMigration(t *testing.T) {
 	}
 	f.reconcile()
 	g = f.get()
-	if g.Status.PlannedFailover.Phase != v1.PlannedFailoverPhaseCompleted || g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 2 {
+	if g.Status.PlannedFailover.Phase != bloodravenv1alpha1.PlannedFailoverPhaseCompleted || g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 2 {
 		t.Fatalf("one reconcile after release: phase %s active %s generation %d", g.Status.PlannedFailover.Phase, g.Status.ActiveSite, g.Status.TopologyGeneration)
 	}
 	if g.Status.Reservation != nil || g.Status.Transition != nil {
@@ -143,8 +143,8 @@ func TestPlannedFailoverProceedsWhenTheHoldLapses(t *testing.T) {
 	f.settle()
 	f.grant("migration", "op-1", 30)
 	_, exp := f.grant("failover-hold", "op-1", 30)
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-		g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+		g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
 	})
 	res := f.settle()
 	f.clock.Step(res.RequeueAfter) // the requeue the controller asked for
@@ -152,7 +152,7 @@ func TestPlannedFailoverProceedsWhenTheHoldLapses(t *testing.T) {
 		t.Fatalf("requeue at %v is not after the expiry %v", f.clock.Now(), exp)
 	}
 	f.reconcile()
-	if g := f.get(); g.Status.ActiveSite != "pdx" || g.Status.PlannedFailover.Phase != v1.PlannedFailoverPhaseCompleted {
+	if g := f.get(); g.Status.ActiveSite != "pdx" || g.Status.PlannedFailover.Phase != bloodravenv1alpha1.PlannedFailoverPhaseCompleted {
 		t.Fatalf("after the lapse: %s %s", g.Status.ActiveSite, g.Status.PlannedFailover.Phase)
 	}
 }
@@ -161,8 +161,8 @@ func TestAMigrationLeaseAloneDefersNothing(t *testing.T) {
 	f := newFixture(t, true)
 	f.settle()
 	f.grant("migration", "op-1", 120)
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-		g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+		g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
 	})
 	f.reconcile()
 	if g := f.get(); g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 2 {
@@ -296,12 +296,12 @@ func TestRevokeAnnotationRevokesEverythingAndIsRemoved(t *testing.T) {
 	f.settle()
 	migTok, _ := f.grant("migration", "op-1", 60)
 	holdTok, _ := f.grant("failover-hold", "op-1", 60)
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-		g.Annotations = map[string]string{v1.RevokeDeploymentLeasesAnnotation: "incident-123"}
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+		g.Annotations = map[string]string{bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation: "incident-123"}
 	})
 	f.settle()
 	g := f.get()
-	if _, ok := g.Annotations[v1.RevokeDeploymentLeasesAnnotation]; ok {
+	if _, ok := g.Annotations[bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation]; ok {
 		t.Fatal("annotation not removed")
 	}
 	for kind, tok := range map[string]string{"migration": migTok, "failover-hold": holdTok} {
@@ -341,15 +341,15 @@ func TestOrderedUpdateAndRestoreDeferAndBumpTheGeneration(t *testing.T) {
 	f.settle()
 	f.grant("migration", "op-1", 30)
 	holdTok, _ := f.grant("failover-hold", "op-1", 30)
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.UpdateRevision = "r7" })
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) { g.Spec.UpdateRevision = "r7" })
 	f.settle()
-	if g := f.get(); g.Status.UpdatePhase != v1.PhaseDeferred || f.deferredCount(v1.OperationOrderedUpdate) != 1 {
-		t.Fatalf("ordered update during a hold: phase %q count %v", g.Status.UpdatePhase, f.deferredCount(v1.OperationOrderedUpdate))
+	if g := f.get(); g.Status.UpdatePhase != bloodravenv1alpha1.PhaseDeferred || f.deferredCount(bloodravenv1alpha1.OperationOrderedUpdate) != 1 {
+		t.Fatalf("ordered update during a hold: phase %q count %v", g.Status.UpdatePhase, f.deferredCount(bloodravenv1alpha1.OperationOrderedUpdate))
 	}
 	f.call(http.MethodDelete, "/leases/failover-hold/op-1", nil, "X-Lease-Token", holdTok)
 	f.settle()
 	g := f.get()
-	if g.Status.UpdatePhase != v1.PhaseCompleted || g.Status.UpdatedRevision != "r7" || g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 2 {
+	if g.Status.UpdatePhase != bloodravenv1alpha1.PhaseCompleted || g.Status.UpdatedRevision != "r7" || g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 2 {
 		t.Fatalf("ordered update: phase %q rev %q %s/%d", g.Status.UpdatePhase, g.Status.UpdatedRevision, g.Status.ActiveSite, g.Status.TopologyGeneration)
 	}
 	if !slices.Contains(f.driver.Calls, "update pdx r7") || !slices.Contains(f.driver.Calls, "update iad r7") {
@@ -357,10 +357,12 @@ func TestOrderedUpdateAndRestoreDeferAndBumpTheGeneration(t *testing.T) {
 	}
 
 	// Restore in place of the active site: a same-site promotion, announced.
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.RestoreInPlace = &v1.RestoreInPlaceRequest{ID: "restore-1"} })
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+		g.Spec.RestoreInPlace = &bloodravenv1alpha1.RestoreInPlaceRequest{ID: "restore-1"}
+	})
 	f.settle()
 	g = f.get()
-	if g.Status.RestoreInPlace != v1.PhaseCompleted || g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 3 {
+	if g.Status.RestoreInPlace != bloodravenv1alpha1.PhaseCompleted || g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 3 {
 		t.Fatalf("restore in place: phase %q %s/%d", g.Status.RestoreInPlace, g.Status.ActiveSite, g.Status.TopologyGeneration)
 	}
 	if !slices.Contains(f.driver.Calls, "restore pdx restore-1") {
@@ -372,8 +374,8 @@ func TestDeletingTheGroupDeletesLeasesAndTombstones(t *testing.T) {
 	f := newFixture(t, true)
 	f.settle()
 	tok, _ := f.grant("migration", "op-1", 30)
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-		g.Annotations = map[string]string{v1.RevokeDeploymentLeasesAnnotation: ""}
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+		g.Annotations = map[string]string{bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation: ""}
 	})
 	f.settle()
 	f.renew("migration", "op-1", tok)
@@ -393,7 +395,7 @@ func TestDeletingTheGroupDeletesLeasesAndTombstones(t *testing.T) {
 	if len(after.Items) != 0 {
 		t.Fatalf("%d leases left after the group was deleted", len(after.Items))
 	}
-	if err := env.Client.Get(f.ctx, client.ObjectKeyFromObject(f.group), &v1.MysqlFailoverGroup{}); err == nil {
+	if err := env.Client.Get(f.ctx, client.ObjectKeyFromObject(f.group), &bloodravenv1alpha1.MysqlFailoverGroup{}); err == nil {
 		t.Fatal("group still present: finalizer not released")
 	}
 }
@@ -412,8 +414,8 @@ func TestHoldGrantsRacingAdmissionsNeverBothProceed(t *testing.T) {
 		migTok, _ := f.grant("migration", op, 120)
 		before := f.get().Status.TopologyGeneration
 		target := sites[round%2]
-		f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-			g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "race-" + op, TargetSite: target}
+		f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+			g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "race-" + op, TargetSite: target}
 		})
 		var wg sync.WaitGroup
 		var hold apiResp
@@ -463,7 +465,7 @@ func TestHoldGrantsRacingAdmissionsNeverBothProceed(t *testing.T) {
 		}
 		f.settle()
 		f.call(http.MethodDelete, "/leases/migration/"+op, nil, "X-Lease-Token", migTok)
-		if pf := f.get().Status.PlannedFailover; pf.Phase != v1.PlannedFailoverPhaseCompleted {
+		if pf := f.get().Status.PlannedFailover; pf.Phase != bloodravenv1alpha1.PlannedFailoverPhaseCompleted {
 			t.Fatalf("round %d: failover did not complete after the race: %+v", round, pf)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployrun"
 	"github.com/shipstream/bloodraven/gate"
 	"github.com/shipstream/bloodraven/leases"
@@ -31,7 +31,7 @@ import (
 // fresh reads the leases from the API server at once (promote, right after
 // the generation moved, when the cache may not hold a lease granted just
 // before); otherwise the cache proposes and a fresh read confirms.
-func (r *GroupReconciler) reconcileLeases(ctx context.Context, g *v1.MysqlFailoverGroup, st *step, fresh bool) {
+func (r *GroupReconciler) reconcileLeases(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, st *step, fresh bool) {
 	recheck, err := r.bookkeep(ctx, g, fresh)
 	if st != nil && !recheck.IsZero() {
 		st.after(recheck.Sub(r.Clock.Now()))
@@ -55,8 +55,8 @@ func (r *GroupReconciler) reconcileLeases(ctx context.Context, g *v1.MysqlFailov
 //
 // recheck, when set, is when a fenced record that may be a grant in flight
 // is to be decided again (policy.Bookkeeping.RecheckAt).
-func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup, fresh bool) (recheck time.Time, err error) {
-	_, annotated := g.Annotations[v1.RevokeDeploymentLeasesAnnotation]
+func (r *GroupReconciler) bookkeep(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, fresh bool) (recheck time.Time, err error) {
+	_, annotated := g.Annotations[bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation]
 	move := leasestore.MoveOf(g)
 	decide := func(fresh bool) (policy.Bookkeeping, map[*leases.Record]*leasestore.Object, error) {
 		objs, err := r.Leases.ListObjects(ctx, g.Namespace, g.Name, fresh)
@@ -89,9 +89,9 @@ func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup
 	} else if annotated {
 		removedAt := r.Clock.Now()
 		patch := client.MergeFrom(g.DeepCopy())
-		delete(g.Annotations, v1.RevokeDeploymentLeasesAnnotation)
+		delete(g.Annotations, bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation)
 		if err := r.Client.Patch(ctx, g, patch); err != nil {
-			errs = append(errs, fmt.Errorf("remove %s: %w", v1.RevokeDeploymentLeasesAnnotation, err))
+			errs = append(errs, fmt.Errorf("remove %s: %w", bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation, err))
 		} else if w, err := r.revokeLateGrants(ctx, g, removedAt); err != nil {
 			errs = append(errs, err)
 		} else if m := leases.MigrationOf(w); m != nil {
@@ -142,7 +142,7 @@ func (r *GroupReconciler) bookkeep(ctx context.Context, g *v1.MysqlFailoverGroup
 // Every grant decided while the annotation stood answered 423, so a live
 // record granted before the removal is one the annotation was meant to end.
 // Grants decided after the removal are not touched.
-func (r *GroupReconciler) revokeLateGrants(ctx context.Context, g *v1.MysqlFailoverGroup, removedAt time.Time) ([]leases.Record, error) {
+func (r *GroupReconciler) revokeLateGrants(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, removedAt time.Time) ([]leases.Record, error) {
 	recs, err := r.Leases.List(ctx, g.Namespace, g.Name, true)
 	if err != nil {
 		return nil, err
@@ -170,7 +170,7 @@ const runListTimeout = 5 * time.Second
 // missing or behind, runs m displaced are recorded ended, and the history
 // is pruned. Reads come from the cache; writes carry the resourceVersions
 // read, and policy.RunStatus never lets a stale read move a run back.
-func (r *GroupReconciler) syncRuns(ctx context.Context, g *v1.MysqlFailoverGroup, m *leases.Record) error {
+func (r *GroupReconciler) syncRuns(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, m *leases.Record) error {
 	if !m.BelongsTo(string(g.UID)) {
 		m = nil
 	}
@@ -197,12 +197,12 @@ func (r *GroupReconciler) syncRuns(ctx context.Context, g *v1.MysqlFailoverGroup
 // closeGate records m's unconfirmed DDL on its database, when m has one
 // that the (cached) database does not account for yet; gate.Close confirms
 // on a fresh read. The database controller announces it.
-func (r *GroupReconciler) closeGate(ctx context.Context, g *v1.MysqlFailoverGroup, m *leases.Record) error {
+func (r *GroupReconciler) closeGate(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, m *leases.Record) error {
 	now := r.Clock.Now()
 	if !m.BelongsTo(string(g.UID)) || !m.UnconfirmedDDL(now) {
 		return nil
 	}
-	db := &v1.MysqlDatabase{}
+	db := &bloodravenv1alpha1.MysqlDatabase{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: m.Instance}, db); err != nil {
 		return client.IgnoreNotFound(err)
 	}
@@ -217,7 +217,7 @@ func (r *GroupReconciler) closeGate(ctx context.Context, g *v1.MysqlFailoverGrou
 
 // revoke revokes each operation; the tombstones written are announced.
 // written are the records the revocations rewrote.
-func (r *GroupReconciler) revoke(ctx context.Context, g *v1.MysqlFailoverGroup, ops []string, reason string) (written []leases.Record, err error) {
+func (r *GroupReconciler) revoke(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, ops []string, reason string) (written []leases.Record, err error) {
 	var tombs []*leasestore.Object
 	var errs []error
 	for _, op := range ops {
@@ -243,7 +243,7 @@ func (r *GroupReconciler) revoke(ctx context.Context, g *v1.MysqlFailoverGroup, 
 // revocations. A tombstone already announced, or changed since it was read,
 // is left to whoever changed it. A crash between the write and the Event
 // loses that Event; it never repeats one.
-func (r *GroupReconciler) announce(ctx context.Context, g *v1.MysqlFailoverGroup, tombs []*leasestore.Object) error {
+func (r *GroupReconciler) announce(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, tombs []*leasestore.Object) error {
 	type key struct {
 		reason string
 		gen    int64

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/mariadblocal"
 	"github.com/shipstream/bloodraven/internal/testenv"
 	mysqldriver "github.com/shipstream/bloodraven/topology/mysql"
@@ -34,11 +34,11 @@ func realSites(t *testing.T, f *fixture) (iad, pdx *mariadblocal.Server, fd *fau
 	if err := pdx.ReplicateFrom(ctx, iad); err != nil {
 		t.Fatal(err)
 	}
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-		g.Spec.Sites = []v1.Site{{Name: "iad", Host: "127.0.0.1", Port: int32(iad.Port)}, {Name: "pdx", Host: "127.0.0.1", Port: int32(pdx.Port)}}
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+		g.Spec.Sites = []bloodravenv1alpha1.Site{{Name: "iad", Host: "127.0.0.1", Port: int32(iad.Port)}, {Name: "pdx", Host: "127.0.0.1", Port: int32(pdx.Port)}}
 	})
 	f.group = f.get()
-	d := mysqldriver.New(func(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
+	d := mysqldriver.New(func(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
 		return "bloodraven", "s3cret", nil
 	})
 	t.Cleanup(d.Close)
@@ -86,7 +86,7 @@ func TestInterruptedPromotionOfRealMariaDB(t *testing.T) {
 			t.Fatalf("bootstrap: %s/%d", g.Status.ActiveSite, g.Status.TopologyGeneration)
 		}
 		inner := fd.Driver
-		fd.promote = func(ctx context.Context, g *v1.MysqlFailoverGroup, site string, gen int64, planned bool) error {
+		fd.promote = func(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, site string, gen int64, planned bool) error {
 			if err := inner.Promote(ctx, g, site, gen, planned); err != nil {
 				return err
 			}
@@ -105,8 +105,8 @@ func TestInterruptedPromotionOfRealMariaDB(t *testing.T) {
 			return errors.New("connection lost")
 		}
 		f.rec.PromoteTimeout = time.Minute
-		f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-			g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
+		f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+			g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
 		})
 		step(t, f, 8, iad, pdx) // minutes pass with pdx down: iad must stay read-only
 		if w := writableServers(t, iad); len(w) != 0 {
@@ -135,7 +135,7 @@ func TestInterruptedPromotionOfRealMariaDB(t *testing.T) {
 		iad, pdx, fd := realSites(t, f)
 		step(t, f, 3, iad, pdx)
 		inner := fd.Driver
-		fd.promote = func(ctx context.Context, g *v1.MysqlFailoverGroup, site string, gen int64, planned bool) error {
+		fd.promote = func(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, site string, gen int64, planned bool) error {
 			if site != "pdx" { // reasserting the old primary works
 				return inner.Promote(ctx, g, site, gen, planned)
 			}
@@ -143,12 +143,12 @@ func TestInterruptedPromotionOfRealMariaDB(t *testing.T) {
 			return errors.New("the target did not catch up")
 		}
 		f.rec.PromoteTimeout = time.Minute
-		f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-			g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
+		f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+			g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
 		})
 		step(t, f, 12, iad, pdx)
 		g := f.get()
-		if g.Status.ActiveSite != "iad" || g.Status.TopologyGeneration != 1 || g.Status.Transition != nil || g.Status.PlannedFailover.Phase != v1.PlannedFailoverPhaseFailed {
+		if g.Status.ActiveSite != "iad" || g.Status.TopologyGeneration != 1 || g.Status.Transition != nil || g.Status.PlannedFailover.Phase != bloodravenv1alpha1.PlannedFailoverPhaseFailed {
 			t.Fatalf("not rolled back: %s/%d %+v %+v", g.Status.ActiveSite, g.Status.TopologyGeneration, g.Status.Transition, g.Status.PlannedFailover)
 		}
 		if w := writableServers(t, iad, pdx); len(w) != 1 || w[0] != "iad" {

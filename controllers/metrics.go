@@ -11,7 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -82,15 +82,15 @@ func NewMetrics(reg prometheus.Registerer, clk clock.PassiveClock) (*Metrics, er
 }
 
 // conditionTypes are exported by bloodraven_group_condition.
-var conditionTypes = []string{v1.ConditionReady, v1.ConditionDegraded, v1.ConditionSplitBrain, v1.ConditionNoPrimary, v1.ConditionAutomaticFailoverHeld}
+var conditionTypes = []string{bloodravenv1alpha1.ConditionReady, bloodravenv1alpha1.ConditionDegraded, bloodravenv1alpha1.ConditionSplitBrain, bloodravenv1alpha1.ConditionNoPrimary, bloodravenv1alpha1.ConditionAutomaticFailoverHeld}
 
 // initGroup makes every series of a group exist, at zero, from its first
 // reconcile, so that rate() and increase() see the first event.
-func (m *Metrics) initGroup(g *v1.MysqlFailoverGroup) {
+func (m *Metrics) initGroup(g *bloodravenv1alpha1.MysqlFailoverGroup) {
 	if m == nil {
 		return
 	}
-	for _, op := range v1.PlannedOperations {
+	for _, op := range bloodravenv1alpha1.PlannedOperations {
 		m.Deferred.WithLabelValues(g.Namespace, g.Name, string(op))
 	}
 	m.BookkeepingErrors.WithLabelValues(g.Namespace, g.Name)
@@ -104,7 +104,7 @@ func (m *Metrics) initGroup(g *v1.MysqlFailoverGroup) {
 }
 
 // observeGroup exports the group's status as it stands after a reconcile.
-func (m *Metrics) observeGroup(g *v1.MysqlFailoverGroup) {
+func (m *Metrics) observeGroup(g *bloodravenv1alpha1.MysqlFailoverGroup) {
 	if m == nil {
 		return
 	}
@@ -122,7 +122,7 @@ func (m *Metrics) observeGroup(g *v1.MysqlFailoverGroup) {
 }
 
 // revoked records a revocation of n operations.
-func (m *Metrics) revoked(g *v1.MysqlFailoverGroup, reason string, n int, at time.Time) {
+func (m *Metrics) revoked(g *bloodravenv1alpha1.MysqlFailoverGroup, reason string, n int, at time.Time) {
 	if m == nil || n == 0 {
 		return
 	}
@@ -131,7 +131,7 @@ func (m *Metrics) revoked(g *v1.MysqlFailoverGroup, reason string, n int, at tim
 }
 
 // statusWriteFailed counts a failed status write by its cause.
-func (m *Metrics) statusWriteFailed(g *v1.MysqlFailoverGroup, err error) {
+func (m *Metrics) statusWriteFailed(g *bloodravenv1alpha1.MysqlFailoverGroup, err error) {
 	if m == nil {
 		return
 	}
@@ -147,7 +147,7 @@ func (m *Metrics) statusWriteFailed(g *v1.MysqlFailoverGroup, err error) {
 }
 
 // forget drops a deleted group's series.
-func (m *Metrics) forget(g *v1.MysqlFailoverGroup) {
+func (m *Metrics) forget(g *bloodravenv1alpha1.MysqlFailoverGroup) {
 	if m == nil {
 		return
 	}
@@ -188,10 +188,10 @@ func (d *deferrals) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (d *deferrals) observe(g *v1.MysqlFailoverGroup) {
+func (d *deferrals) observe(g *bloodravenv1alpha1.MysqlFailoverGroup) {
 	deferred := map[string]bool{}
-	for _, op := range v1.PlannedOperations {
-		deferred[string(op)] = g.Status.Operation(op, nil).Phase == v1.PhaseDeferred
+	for _, op := range bloodravenv1alpha1.PlannedOperations {
+		deferred[string(op)] = g.Status.Operation(op, nil).Phase == bloodravenv1alpha1.PhaseDeferred
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -16,13 +16,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/leases"
 )
 
 // deferralAge reads the age series of op, or -1 when it is absent.
-func (f *fixture) deferralAge(op v1.OperationName) float64 {
+func (f *fixture) deferralAge(op bloodravenv1alpha1.OperationName) float64 {
 	f.t.Helper()
 	fams, err := f.reg.Gather()
 	if err != nil {
@@ -52,7 +52,7 @@ func TestMetricsFollowTheGroup(t *testing.T) {
 	if got := testutil.ToFloat64(m.Generation.WithLabelValues(f.ns, "playground")); got != 1 {
 		t.Fatalf("generation gauge %v, want 1", got)
 	}
-	for cond, want := range map[string]float64{v1.ConditionReady: 1, v1.ConditionNoPrimary: 0, v1.ConditionSplitBrain: 0, v1.ConditionDegraded: 0} {
+	for cond, want := range map[string]float64{bloodravenv1alpha1.ConditionReady: 1, bloodravenv1alpha1.ConditionNoPrimary: 0, bloodravenv1alpha1.ConditionSplitBrain: 0, bloodravenv1alpha1.ConditionDegraded: 0} {
 		if got := testutil.ToFloat64(m.Condition.WithLabelValues(f.ns, "playground", cond)); got != want {
 			t.Errorf("condition %s = %v, want %v", cond, got, want)
 		}
@@ -65,22 +65,22 @@ func TestMetricsFollowTheGroup(t *testing.T) {
 	// A deferral: its age is exported while it lasts, on the controller's clock.
 	f.grant("migration", "op-1", 120)
 	f.grant("failover-hold", "op-1", 120)
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-		g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+		g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
 	})
 	f.settle()
-	if age := f.deferralAge(v1.OperationPlannedFailover); age != 0 {
+	if age := f.deferralAge(bloodravenv1alpha1.OperationPlannedFailover); age != 0 {
 		t.Fatalf("deferral age %v right after the deferral, want 0", age)
 	}
 	f.clock.Step(40 * time.Second)
-	if age := f.deferralAge(v1.OperationPlannedFailover); age != 40 {
+	if age := f.deferralAge(bloodravenv1alpha1.OperationPlannedFailover); age != 40 {
 		t.Fatalf("deferral age %v after 40 s, want 40", age)
 	}
 
 	// Revoking by hand is counted and timed; the failover then proceeds and
 	// the deferral's series goes away.
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-		g.Annotations = map[string]string{v1.RevokeDeploymentLeasesAnnotation: "incident-1"}
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+		g.Annotations = map[string]string{bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation: "incident-1"}
 	})
 	f.settle()
 	if got := testutil.ToFloat64(m.Revoked.WithLabelValues(f.ns, "playground", "operator_revoked")); got != 1 {
@@ -93,7 +93,7 @@ func TestMetricsFollowTheGroup(t *testing.T) {
 	if g := f.get(); g.Status.TopologyGeneration != 2 {
 		t.Fatalf("the planned failover did not proceed: %+v", g.Status.PlannedFailover)
 	}
-	if age := f.deferralAge(v1.OperationPlannedFailover); age != -1 {
+	if age := f.deferralAge(bloodravenv1alpha1.OperationPlannedFailover); age != -1 {
 		t.Fatalf("deferral age %v after the failover, want no series", age)
 	}
 	if got := testutil.ToFloat64(m.Generation.WithLabelValues(f.ns, "playground")); got != 2 {
@@ -106,8 +106,8 @@ func TestStatusWriteErrorsAreCountedByCause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "orders"}}
-	gr := schema.GroupResource{Group: v1.GroupVersion.Group, Resource: "mysqlfailovergroups"}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "orders"}}
+	gr := schema.GroupResource{Group: bloodravenv1alpha1.GroupVersion.Group, Resource: "mysqlfailovergroups"}
 	for want, err := range map[string]error{
 		// What the API server answers when it cannot reach the webhook.
 		"webhook":  apierrors.NewInternalError(errors.New(`failed calling webhook "vmysqlfailovergroupstatus.bloodraven.shipstream.io": failed to call webhook: Post "https://bloodraven.bloodraven.svc:8443/validate": context deadline exceeded`)),
@@ -140,8 +140,8 @@ func TestEveryEventAndMetricIsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "g"},
-		Status: v1.MysqlFailoverGroupStatus{UpdatePhase: v1.PhaseDeferred}}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "g"},
+		Status: bloodravenv1alpha1.MysqlFailoverGroupStatus{UpdatePhase: bloodravenv1alpha1.PhaseDeferred}}
 	m.initGroup(g)
 	m.observeGroup(g)
 	fams, err := reg.Gather()

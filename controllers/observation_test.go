@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
 // A planned operation whose step fails on every reconcile does not keep the
@@ -20,7 +20,7 @@ func TestAFailingOperationStepStillRecordsTheObservation(t *testing.T) {
 	f := newFixture(t, true)
 	f.settle()
 	f.admitFailingUpdate()
-	if g := f.get(); g.Status.UpdatePhase != v1.PhaseUpdatingReplicas || !g.Status.Health.Ready || g.Status.PrimaryLostAt != nil {
+	if g := f.get(); g.Status.UpdatePhase != bloodravenv1alpha1.PhaseUpdatingReplicas || !g.Status.Health.Ready || g.Status.PrimaryLostAt != nil {
 		t.Fatalf("setup: update phase %s, health %+v, primaryLostAt %v", g.Status.UpdatePhase, g.Status.Health, g.Status.PrimaryLostAt)
 	}
 
@@ -40,7 +40,7 @@ func TestAFailingOperationStepStillRecordsTheObservation(t *testing.T) {
 	if g.Status.Health.Ready || g.Status.Health.DegradedReason == "" {
 		t.Fatalf("health not observed after a failing operation step: %+v", g.Status.Health)
 	}
-	if g.Status.UpdatePhase != v1.PhaseUpdatingReplicas || g.Status.TopologyGeneration != 1 {
+	if g.Status.UpdatePhase != bloodravenv1alpha1.PhaseUpdatingReplicas || g.Status.TopologyGeneration != 1 {
 		t.Fatalf("update phase %s, generation %d: the observation changed more than the observation", g.Status.UpdatePhase, g.Status.TopologyGeneration)
 	}
 

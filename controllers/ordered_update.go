@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/policy"
 	"github.com/shipstream/bloodraven/topology"
 )
@@ -12,7 +12,7 @@ import (
 // reconcileOrderedUpdate runs spec.updateRevision: Admitting → (Deferred) →
 // UpdatingReplicas → FailingOver → UpdatingFormerPrimary → Completed.
 // policy decides each step; the switch acts and persists the progress.
-func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, st *step) error {
+func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *step) error {
 	rev := g.Spec.UpdateRevision
 	for i := 0; i < 5; i++ {
 		step := policy.NextOrderedUpdateStep(policy.OrderedUpdateInput{Revision: rev, UpdatedRevision: g.Status.UpdatedRevision,
@@ -25,11 +25,11 @@ func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *v1.Mysq
 			if target == "" {
 				target = g.Status.ActiveSite
 			}
-			ok, err := r.gate(ctx, g, sites, st, gated{op: v1.OperationOrderedUpdate, id: rev, target: target})
+			ok, err := r.gate(ctx, g, sites, st, gated{op: bloodravenv1alpha1.OperationOrderedUpdate, id: rev, target: target})
 			if err != nil || !ok {
 				return err
 			}
-			g.Status.UpdatePhase = v1.PhaseUpdatingReplicas
+			g.Status.UpdatePhase = bloodravenv1alpha1.PhaseUpdatingReplicas
 		case policy.StepUpdateReplicas:
 			for _, s := range g.Spec.Sites {
 				if s.Name == g.Status.ActiveSite {
@@ -39,20 +39,20 @@ func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *v1.Mysq
 					return fmt.Errorf("ordered update: %w", err)
 				}
 			}
-			g.Status.UpdatePhase = v1.PhaseFailingOver
+			g.Status.UpdatePhase = bloodravenv1alpha1.PhaseFailingOver
 			if len(g.Spec.Sites) == 1 {
-				g.Status.UpdatePhase = v1.PhaseUpdatingFormerPrimary
+				g.Status.UpdatePhase = bloodravenv1alpha1.PhaseUpdatingFormerPrimary
 			}
 		case policy.StepPromote:
 			target := policy.BestSite(sites, g.Status.ActiveSite)
 			// The update keeps its reservation while it waits; no transition
 			// is written until every other site is fenced and confirmed.
-			if ok, _, _ := r.fenceOthers(ctx, g, sites, v1.OperationOrderedUpdate, rev, target, st); !ok {
+			if ok, _, _ := r.fenceOthers(ctx, g, sites, bloodravenv1alpha1.OperationOrderedUpdate, rev, target, st); !ok {
 				return nil
 			}
 			// On success the phase moves to UpdatingFormerPrimary in the same
 			// status write as the generation bump.
-			if err := r.promote(ctx, g, v1.OperationOrderedUpdate, target); err != nil {
+			if err := r.promote(ctx, g, bloodravenv1alpha1.OperationOrderedUpdate, target); err != nil {
 				return err
 			}
 			continue
@@ -62,12 +62,12 @@ func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *v1.Mysq
 					return fmt.Errorf("ordered update: %w", err)
 				}
 			}
-			g.Status.UpdatePhase, g.Status.UpdatedRevision = v1.PhaseCompleted, rev
-			r.releaseReservation(g, v1.OperationOrderedUpdate)
+			g.Status.UpdatePhase, g.Status.UpdatedRevision = bloodravenv1alpha1.PhaseCompleted, rev
+			r.releaseReservation(g, bloodravenv1alpha1.OperationOrderedUpdate)
 			if err := r.writeStatus(ctx, g); err != nil {
 				return err
 			}
-			EventOperationCompleted.emit(r.Recorder, g, v1.OperationOrderedUpdate, rev)
+			EventOperationCompleted.emit(r.Recorder, g, bloodravenv1alpha1.OperationOrderedUpdate, rev)
 			return nil
 		default:
 			return fmt.Errorf("unknown update phase %q", g.Status.UpdatePhase)

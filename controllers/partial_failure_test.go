@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/topology"
 )
@@ -26,8 +26,8 @@ func (f *fixture) revokedCount(reason string) float64 {
 // requestPlanned asks for a planned failover to pdx.
 func (f *fixture) requestPlanned(id string) {
 	f.t.Helper()
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-		g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: id, TargetSite: "pdx"}
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+		g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: id, TargetSite: "pdx"}
 	})
 }
 
@@ -57,7 +57,7 @@ func TestPlannedFailoverWaitsForAnUnreachableSite(t *testing.T) {
 		g := f.get()
 		pf := g.Status.PlannedFailover
 		if g.Status.Transition != nil || g.Status.TopologyGeneration != 1 || pf == nil ||
-			pf.Phase != v1.PlannedFailoverPhaseAdmitting || pf.Reason != "SiteUnreachable" ||
+			pf.Phase != bloodravenv1alpha1.PlannedFailoverPhaseAdmitting || pf.Reason != "SiteUnreachable" ||
 			pf.Admission == nil || !strings.Contains(pf.Admission.Message, "site iad") {
 			t.Fatalf("round %d: transition %+v, generation %d, planned failover %+v", i, g.Status.Transition, g.Status.TopologyGeneration, pf)
 		}
@@ -66,7 +66,7 @@ func TestPlannedFailoverWaitsForAnUnreachableSite(t *testing.T) {
 	f.driver.Revive(f.group, "iad")
 	f.settle()
 	f.neverTwoWritable("after iad returned")
-	if g := f.get(); g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 2 || g.Status.PlannedFailover.Phase != v1.PlannedFailoverPhaseCompleted {
+	if g := f.get(); g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 2 || g.Status.PlannedFailover.Phase != bloodravenv1alpha1.PlannedFailoverPhaseCompleted {
 		t.Fatalf("after iad returned: %s/%d %+v", g.Status.ActiveSite, g.Status.TopologyGeneration, g.Status.PlannedFailover)
 	}
 }
@@ -79,7 +79,7 @@ type probeThenLose struct {
 	lose func()
 }
 
-func (d *probeThenLose) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topology.SiteState, error) {
+func (d *probeThenLose) Probe(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) ([]topology.SiteState, error) {
 	sites, err := d.Driver.Probe(ctx, g)
 	if d.lose != nil {
 		d.lose()
@@ -88,7 +88,7 @@ func (d *probeThenLose) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]
 	return sites, err
 }
 
-func (d *probeThenLose) Rejoin(ctx context.Context, g *v1.MysqlFailoverGroup, site, primary string) error {
+func (d *probeThenLose) Rejoin(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, site, primary string) error {
 	return d.Driver.(topology.Rejoiner).Rejoin(ctx, g, site, primary)
 }
 
@@ -107,7 +107,7 @@ func TestPlannedFailoverWritesNoTransitionWhenASiteDropsOutAfterTheProbe(t *test
 	if g.Status.Transition != nil || g.Status.TopologyGeneration != 1 || f.driver.Writable(f.group, "pdx") {
 		t.Fatalf("transition %+v, generation %d, pdx writable %v", g.Status.Transition, g.Status.TopologyGeneration, f.driver.Writable(f.group, "pdx"))
 	}
-	if pf := g.Status.PlannedFailover; pf == nil || pf.Phase != v1.PlannedFailoverPhaseAdmitting || pf.Reason != "SiteUnreachable" || g.Status.Reservation != nil {
+	if pf := g.Status.PlannedFailover; pf == nil || pf.Phase != bloodravenv1alpha1.PlannedFailoverPhaseAdmitting || pf.Reason != "SiteUnreachable" || g.Status.Reservation != nil {
 		t.Fatalf("planned failover %+v, reservation %+v; want Admitting/SiteUnreachable and no reservation", pf, g.Status.Reservation)
 	}
 }
@@ -192,7 +192,7 @@ func TestADeferralEndsWithItsMutex(t *testing.T) {
 	res := f.settle()
 	g := f.get()
 	pf := g.Status.PlannedFailover
-	if pf.Phase != v1.PlannedFailoverPhaseDeferred || pf.Admission == nil || pf.Admission.RetryTime == nil ||
+	if pf.Phase != bloodravenv1alpha1.PlannedFailoverPhaseDeferred || pf.Admission == nil || pf.Admission.RetryTime == nil ||
 		!pf.Admission.RetryTime.Time.Equal(migExp) {
 		t.Fatalf("deferral %+v, want retryTime at the mutex's expiry %v", pf, migExp)
 	}
@@ -203,7 +203,7 @@ func TestADeferralEndsWithItsMutex(t *testing.T) {
 	f.clock.Step(11 * time.Second)
 	f.grant("migration", "op-1", 120)
 	f.reconcile()
-	if g := f.get(); g.Status.ActiveSite != "pdx" || g.Status.PlannedFailover.Phase != v1.PlannedFailoverPhaseCompleted {
+	if g := f.get(); g.Status.ActiveSite != "pdx" || g.Status.PlannedFailover.Phase != bloodravenv1alpha1.PlannedFailoverPhaseCompleted {
 		t.Fatalf("the old hold came back to life: %s %+v", g.Status.ActiveSite, g.Status.PlannedFailover)
 	}
 }
@@ -219,15 +219,15 @@ func TestTheAdmissionConfirmsLapsedHoldsOnReEntry(t *testing.T) {
 	f.grant("failover-hold", "op-1", 5)
 	f.requestPlanned("req-1")
 	g := f.get()
-	g.Status.PlannedFailover = &v1.PlannedFailoverStatus{ID: "req-1", TargetSite: "pdx", Phase: v1.PlannedFailoverPhaseAdmitting}
-	g.Status.Reservation = &v1.OperationReservation{Operation: v1.OperationPlannedFailover, ID: "req-1", ReservedAt: metav1.NewTime(f.clock.Now())}
+	g.Status.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverStatus{ID: "req-1", TargetSite: "pdx", Phase: bloodravenv1alpha1.PlannedFailoverPhaseAdmitting}
+	g.Status.Reservation = &bloodravenv1alpha1.OperationReservation{Operation: bloodravenv1alpha1.OperationPlannedFailover, ID: "req-1", ReservedAt: metav1.NewTime(f.clock.Now())}
 	if err := env.Client.Status().Update(f.ctx, g); err != nil {
 		t.Fatal(err)
 	}
 	f.clock.Step(10 * time.Second) // the hold lapsed; its record still says active
 	sites, _ := f.driver.Probe(f.ctx, g)
 	var st step
-	ok, err := f.rec.gate(f.ctx, g, sites, &st, gated{op: v1.OperationPlannedFailover, id: "req-1", target: "pdx"})
+	ok, err := f.rec.gate(f.ctx, g, sites, &st, gated{op: bloodravenv1alpha1.OperationPlannedFailover, id: "req-1", target: "pdx"})
 	if err != nil || !ok {
 		t.Fatalf("gate: %v %v", ok, err)
 	}
@@ -249,7 +249,7 @@ func TestADeletingGroupKeepsItsSafetyPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		g := &v1.MysqlFailoverGroup{}
+		g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 		if env.Client.Get(context.Background(), client.ObjectKeyFromObject(f.group), g) == nil {
 			controllerutil.RemoveFinalizer(g, "test.bloodraven.shipstream.io/keep")
 			_ = env.Client.Update(context.Background(), g)
@@ -291,7 +291,7 @@ func TestAResumedPlannedTransitionNeverSkipsALostSite(t *testing.T) {
 	f := newFixture(t, true)
 	f.settle()
 	g := f.get()
-	g.Status.Transition = &v1.TopologyTransition{Operation: v1.OperationPlannedFailover, TargetSite: "pdx", Generation: 2, StartedAt: metav1.NewTime(f.clock.Now())}
+	g.Status.Transition = &bloodravenv1alpha1.TopologyTransition{Operation: bloodravenv1alpha1.OperationPlannedFailover, TargetSite: "pdx", Generation: 2, StartedAt: metav1.NewTime(f.clock.Now())}
 	if err := env.Client.Status().Update(f.ctx, g); err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestARegrantedMutexKeepsItsHold(t *testing.T) {
 	f.grant("migration", "op-1", 120) // 200: re-grant, new token
 	f.requestPlanned("req-1")
 	f.settle()
-	if g := f.get(); g.Status.ActiveSite != "iad" || g.Status.PlannedFailover.Phase != v1.PlannedFailoverPhaseDeferred {
+	if g := f.get(); g.Status.ActiveSite != "iad" || g.Status.PlannedFailover.Phase != bloodravenv1alpha1.PlannedFailoverPhaseDeferred {
 		t.Fatalf("after a re-grant of the mutex the hold deferred nothing: %s %+v", g.Status.ActiveSite, g.Status.PlannedFailover)
 	}
 }

@@ -3,7 +3,7 @@ package controllers
 import (
 	"context"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/policy"
 	"github.com/shipstream/bloodraven/topology"
 )
@@ -11,15 +11,15 @@ import (
 // reconcilePlannedFailover runs spec.plannedFailover: Admitting → (Deferred
 // behind a live hold) → Promoting → Completed, or Failed. policy decides the
 // step; the switch acts.
-func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, st *step) error {
+func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *step) error {
 	req := g.Spec.PlannedFailover
 	if req == nil {
 		return nil
 	}
 	// Always through g: a status write replaces g.Status with the server's copy.
-	pf := func() *v1.PlannedFailoverStatus { return g.Status.PlannedFailover }
+	pf := func() *bloodravenv1alpha1.PlannedFailoverStatus { return g.Status.PlannedFailover }
 	if pf() == nil || pf().ID != req.ID {
-		g.Status.PlannedFailover = &v1.PlannedFailoverStatus{ID: req.ID, TargetSite: req.TargetSite, Phase: v1.PlannedFailoverPhaseAdmitting}
+		g.Status.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverStatus{ID: req.ID, TargetSite: req.TargetSite, Phase: bloodravenv1alpha1.PlannedFailoverPhaseAdmitting}
 	}
 	target := pf().TargetSite
 	step := policy.NextPlannedFailoverStep(policy.PlannedFailoverInput{Requested: true, Phase: pf().Phase, Target: target,
@@ -28,31 +28,31 @@ func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *v1.My
 	case policy.StepNone, policy.StepWaitTransition:
 		return nil
 	case policy.StepWaitBootstrap:
-		pf().Phase, pf().Reason = v1.PlannedFailoverPhaseAdmitting, "NotBootstrapped"
+		pf().Phase, pf().Reason = bloodravenv1alpha1.PlannedFailoverPhaseAdmitting, "NotBootstrapped"
 		st.after(waitRetry)
 		return nil
 	case policy.StepComplete:
 		reason := "AlreadyActive"
-		if pf().Phase == v1.PlannedFailoverPhasePromoting {
+		if pf().Phase == bloodravenv1alpha1.PlannedFailoverPhasePromoting {
 			reason = "Promoted"
 		}
 		return r.completePlanned(ctx, g, reason)
 	case policy.StepPromote:
-		return r.promote(ctx, g, v1.OperationPlannedFailover, target)
+		return r.promote(ctx, g, bloodravenv1alpha1.OperationPlannedFailover, target)
 	}
 	// StepAdmit
-	ok, err := r.gate(ctx, g, sites, st, gated{op: v1.OperationPlannedFailover, id: req.ID, target: target})
+	ok, err := r.gate(ctx, g, sites, st, gated{op: bloodravenv1alpha1.OperationPlannedFailover, id: req.ID, target: target})
 	if err != nil || !ok {
 		return err
 	}
-	if ok, reason, msg := r.fenceOthers(ctx, g, sites, v1.OperationPlannedFailover, req.ID, target, st); !ok {
+	if ok, reason, msg := r.fenceOthers(ctx, g, sites, bloodravenv1alpha1.OperationPlannedFailover, req.ID, target, st); !ok {
 		r.plannedWaits(g, reason, msg)
 		return nil
 	}
-	pf().Phase, pf().Reason, pf().Admission = v1.PlannedFailoverPhasePromoting, "", nil
+	pf().Phase, pf().Reason, pf().Admission = bloodravenv1alpha1.PlannedFailoverPhasePromoting, "", nil
 	held, reason := policy.AutomaticFailoverHeld(pf())
-	setCondition(g, v1.ConditionAutomaticFailoverHeld, held, reason, "planned failover "+req.ID+" is moving the primary", r.now())
-	return r.promote(ctx, g, v1.OperationPlannedFailover, target)
+	setCondition(g, bloodravenv1alpha1.ConditionAutomaticFailoverHeld, held, reason, "planned failover "+req.ID+" is moving the primary", r.now())
+	return r.promote(ctx, g, bloodravenv1alpha1.OperationPlannedFailover, target)
 }
 
 // plannedWaits returns the planned failover to Admitting, waiting for its
@@ -61,26 +61,26 @@ func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *v1.My
 // transition was rolled back because a site could not be fenced
 // (readmitOperation). It then holds nothing: not the emergency path, and no
 // hold grant.
-func (r *GroupReconciler) plannedWaits(g *v1.MysqlFailoverGroup, reason, msg string) {
+func (r *GroupReconciler) plannedWaits(g *bloodravenv1alpha1.MysqlFailoverGroup, reason, msg string) {
 	pf := g.Status.PlannedFailover
 	if pf == nil {
 		return
 	}
-	r.releaseReservation(g, v1.OperationPlannedFailover)
-	pf.Phase, pf.Reason, pf.Admission = v1.PlannedFailoverPhaseAdmitting, reason, &v1.Admission{Message: msg}
+	r.releaseReservation(g, bloodravenv1alpha1.OperationPlannedFailover)
+	pf.Phase, pf.Reason, pf.Admission = bloodravenv1alpha1.PlannedFailoverPhaseAdmitting, reason, &bloodravenv1alpha1.Admission{Message: msg}
 	held, why := policy.AutomaticFailoverHeld(pf)
-	setCondition(g, v1.ConditionAutomaticFailoverHeld, held, why, "", r.now())
+	setCondition(g, bloodravenv1alpha1.ConditionAutomaticFailoverHeld, held, why, "", r.now())
 }
 
-func (r *GroupReconciler) completePlanned(ctx context.Context, g *v1.MysqlFailoverGroup, reason string) error {
+func (r *GroupReconciler) completePlanned(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, reason string) error {
 	pf := g.Status.PlannedFailover
-	pf.Phase, pf.Reason, pf.Admission = v1.PlannedFailoverPhaseCompleted, reason, nil
-	r.releaseReservation(g, v1.OperationPlannedFailover)
+	pf.Phase, pf.Reason, pf.Admission = bloodravenv1alpha1.PlannedFailoverPhaseCompleted, reason, nil
+	r.releaseReservation(g, bloodravenv1alpha1.OperationPlannedFailover)
 	held, why := policy.AutomaticFailoverHeld(pf)
-	setCondition(g, v1.ConditionAutomaticFailoverHeld, held, why, "", r.now())
+	setCondition(g, bloodravenv1alpha1.ConditionAutomaticFailoverHeld, held, why, "", r.now())
 	if err := r.writeStatus(ctx, g); err != nil {
 		return err
 	}
-	EventOperationCompleted.emit(r.Recorder, g, v1.OperationPlannedFailover, pf.ID)
+	EventOperationCompleted.emit(r.Recorder, g, bloodravenv1alpha1.OperationPlannedFailover, pf.ID)
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/policy"
 	"github.com/shipstream/bloodraven/topology"
 )
@@ -50,7 +50,7 @@ func TestAPlannedTransitionThatLosesASiteIsRolledBackAtOnce(t *testing.T) {
 			f.settle()
 			var hungAt time.Time
 			fd := &faultyDriver{Driver: f.driver}
-			fd.promote = func(ctx context.Context, g *v1.MysqlFailoverGroup, site string, gen int64, planned bool) error {
+			fd.promote = func(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, site string, gen int64, planned bool) error {
 				if !planned {
 					return f.driver.Promote(ctx, g, site, gen, planned)
 				}
@@ -84,7 +84,7 @@ func TestAPlannedTransitionThatLosesASiteIsRolledBackAtOnce(t *testing.T) {
 				t.Fatalf("the rolled-back target pdx is not fenced read-only: writable %v, calls %v", f.driver.Writable(g, "pdx"), f.driver.Calls)
 			}
 			pf := g.Status.PlannedFailover
-			if pf == nil || pf.Phase != v1.PlannedFailoverPhaseAdmitting || pf.Reason != policy.WaitSiteUnreachable ||
+			if pf == nil || pf.Phase != bloodravenv1alpha1.PlannedFailoverPhaseAdmitting || pf.Reason != policy.WaitSiteUnreachable ||
 				pf.Admission == nil || !strings.Contains(pf.Admission.Message, "site iad") || g.Status.Reservation != nil {
 				t.Fatalf("planned failover %+v, reservation %+v; want Admitting/SiteUnreachable naming iad, no reservation", pf, g.Status.Reservation)
 			}
@@ -115,7 +115,7 @@ func TestAPlannedTransitionThatLosesASiteIsRolledBackAtOnce(t *testing.T) {
 			f.driver.Revive(f.group, "iad")
 			f.settle()
 			f.neverTwoWritable("after iad returned")
-			if g := f.get(); g.Status.ActiveSite != "pdx" || g.Status.PlannedFailover.Phase != v1.PlannedFailoverPhaseCompleted {
+			if g := f.get(); g.Status.ActiveSite != "pdx" || g.Status.PlannedFailover.Phase != bloodravenv1alpha1.PlannedFailoverPhaseCompleted {
 				t.Fatalf("after iad returned: %s %+v", g.Status.ActiveSite, g.Status.PlannedFailover)
 			}
 		})
@@ -130,12 +130,12 @@ func TestAnEmergencyTransitionIsRetriedWhenAnotherSiteFails(t *testing.T) {
 	f := newFixture(t, true)
 	f.settle()
 	g := f.get()
-	g.Status.Transition = &v1.TopologyTransition{Operation: v1.OperationEmergencyFailover, TargetSite: "pdx", Generation: 2, StartedAt: metav1.NewTime(f.clock.Now())}
+	g.Status.Transition = &bloodravenv1alpha1.TopologyTransition{Operation: bloodravenv1alpha1.OperationEmergencyFailover, TargetSite: "pdx", Generation: 2, StartedAt: metav1.NewTime(f.clock.Now())}
 	if err := env.Client.Status().Update(f.ctx, g); err != nil {
 		t.Fatal(err)
 	}
 	f.driver.Kill(f.group, "iad")
-	f.rec.Driver = &faultyDriver{Driver: f.driver, promote: func(context.Context, *v1.MysqlFailoverGroup, string, int64, bool) error {
+	f.rec.Driver = &faultyDriver{Driver: f.driver, promote: func(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup, string, int64, bool) error {
 		return &topology.UnreachableError{Site: "iad", Err: errors.New("simulated: iad did not answer")}
 	}}
 	for i := 1; i <= 2; i++ {

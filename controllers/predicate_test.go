@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/topology"
@@ -71,24 +71,29 @@ func encodeLease(t *testing.T, base time.Time, kind leases.Kind, mutate func(*le
 }
 
 func TestGroupWatchDropsStatusOnlyUpdates(t *testing.T) {
-	base := func() *v1.MysqlFailoverGroup {
-		g := &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: "ns", Generation: 3, ResourceVersion: "10",
+	base := func() *bloodravenv1alpha1.MysqlFailoverGroup {
+		g := &bloodravenv1alpha1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: "ns", Generation: 3, ResourceVersion: "10",
 			Annotations: map[string]string{"a": "b"}, Labels: map[string]string{"l": "v"}, Finalizers: []string{Finalizer}}}
 		g.Status.TopologyGeneration = 1
 		return g
 	}
 	now := metav1.Now()
 	tests := map[string]struct {
-		mutate func(*v1.MysqlFailoverGroup)
+		mutate func(*bloodravenv1alpha1.MysqlFailoverGroup)
 		want   bool
 	}{
-		"the controller's own status write": {func(g *v1.MysqlFailoverGroup) { g.ResourceVersion = "11"; g.Status.TopologyGeneration = 2 }, false},
-		"a spec change (generation)":        {func(g *v1.MysqlFailoverGroup) { g.Generation = 4 }, true},
-		"the revoke annotation":             {func(g *v1.MysqlFailoverGroup) { g.Annotations[v1.RevokeDeploymentLeasesAnnotation] = "true" }, true},
-		"a label":                           {func(g *v1.MysqlFailoverGroup) { g.Labels["l"] = "w" }, true},
-		"a finalizer removed by someone":    {func(g *v1.MysqlFailoverGroup) { g.Finalizers = nil }, true},
-		"deletion requested":                {func(g *v1.MysqlFailoverGroup) { g.DeletionTimestamp = &now }, true},
-		"a resync (nothing changed at all)": {func(*v1.MysqlFailoverGroup) {}, false},
+		"the controller's own status write": {func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+			g.ResourceVersion = "11"
+			g.Status.TopologyGeneration = 2
+		}, false},
+		"a spec change (generation)": {func(g *bloodravenv1alpha1.MysqlFailoverGroup) { g.Generation = 4 }, true},
+		"the revoke annotation": {func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+			g.Annotations[bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation] = "true"
+		}, true},
+		"a label":                           {func(g *bloodravenv1alpha1.MysqlFailoverGroup) { g.Labels["l"] = "w" }, true},
+		"a finalizer removed by someone":    {func(g *bloodravenv1alpha1.MysqlFailoverGroup) { g.Finalizers = nil }, true},
+		"deletion requested":                {func(g *bloodravenv1alpha1.MysqlFailoverGroup) { g.DeletionTimestamp = &now }, true},
+		"a resync (nothing changed at all)": {func(*bloodravenv1alpha1.MysqlFailoverGroup) {}, false},
 	}
 	p := notStatusOnly()
 	for name, tc := range tests {
@@ -107,19 +112,19 @@ func TestALostOrMovingPrimaryIsReconciledAheadOfRoutineWork(t *testing.T) {
 	up := []topology.SiteState{{Name: "iad", Reachable: true, Writable: true}, {Name: "pdx", Reachable: true}}
 	down := []topology.SiteState{{Name: "iad"}, {Name: "pdx", Reachable: true}}
 	tests := map[string]struct {
-		status v1.MysqlFailoverGroupStatus
+		status bloodravenv1alpha1.MysqlFailoverGroupStatus
 		sites  []topology.SiteState
 		want   int
 	}{
-		"a quiet group":                     {v1.MysqlFailoverGroupStatus{ActiveSite: "iad"}, up, 0},
-		"its primary just went unreachable": {v1.MysqlFailoverGroupStatus{ActiveSite: "iad"}, down, PriorityUrgent},
-		"inside the detection budget":       {v1.MysqlFailoverGroupStatus{ActiveSite: "iad", PrimaryLostAt: &lost}, down, PriorityUrgent},
-		"a transition under way":            {v1.MysqlFailoverGroupStatus{ActiveSite: "iad", Transition: &v1.TopologyTransition{TargetSite: "pdx"}}, up, PriorityUrgent},
-		"a replica down is routine":         {v1.MysqlFailoverGroupStatus{ActiveSite: "pdx"}, down, 0},
+		"a quiet group":                     {bloodravenv1alpha1.MysqlFailoverGroupStatus{ActiveSite: "iad"}, up, 0},
+		"its primary just went unreachable": {bloodravenv1alpha1.MysqlFailoverGroupStatus{ActiveSite: "iad"}, down, PriorityUrgent},
+		"inside the detection budget":       {bloodravenv1alpha1.MysqlFailoverGroupStatus{ActiveSite: "iad", PrimaryLostAt: &lost}, down, PriorityUrgent},
+		"a transition under way":            {bloodravenv1alpha1.MysqlFailoverGroupStatus{ActiveSite: "iad", Transition: &bloodravenv1alpha1.TopologyTransition{TargetSite: "pdx"}}, up, PriorityUrgent},
+		"a replica down is routine":         {bloodravenv1alpha1.MysqlFailoverGroupStatus{ActiveSite: "pdx"}, down, 0},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			g := &v1.MysqlFailoverGroup{Status: tc.status}
+			g := &bloodravenv1alpha1.MysqlFailoverGroup{Status: tc.status}
 			if got := urgency(g, tc.sites); got == nil || *got != tc.want {
 				t.Fatalf("priority %v, want %d (it must always be set: the queue keeps an earlier urgency otherwise)", got, tc.want)
 			}
@@ -130,14 +135,14 @@ func TestALostOrMovingPrimaryIsReconciledAheadOfRoutineWork(t *testing.T) {
 // The controller's table of operations is v1alpha1's list, in its order
 // (the order reconcileOperations runs them and stability reports them).
 func TestTheOperationTableIsThePlannedOperations(t *testing.T) {
-	var names []v1.OperationName
+	var names []bloodravenv1alpha1.OperationName
 	for _, op := range operations() {
 		names = append(names, op.name)
 		if op.request == nil || op.reconcile == nil || op.promoting == "" || op.promoted == "" {
 			t.Errorf("%s: incomplete entry", op.name)
 		}
 	}
-	if !slices.Equal(names, v1.PlannedOperations) {
-		t.Errorf("table %v, want %v", names, v1.PlannedOperations)
+	if !slices.Equal(names, bloodravenv1alpha1.PlannedOperations) {
+		t.Errorf("table %v, want %v", names, bloodravenv1alpha1.PlannedOperations)
 	}
 }

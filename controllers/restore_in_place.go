@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/policy"
 	"github.com/shipstream/bloodraven/topology"
 )
@@ -12,10 +12,10 @@ import (
 // reconcileRestoreInPlace runs spec.restoreInPlace: Admitting → (Deferred)
 // → Restoring → Promoting → Completed. policy decides each step; the switch
 // acts and persists the progress.
-func (r *GroupReconciler) reconcileRestoreInPlace(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, st *step) error {
+func (r *GroupReconciler) reconcileRestoreInPlace(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *step) error {
 	req := g.Spec.RestoreInPlace
 	if req != nil && g.Status.ActiveSite != "" && g.Status.RestoreInPlaceID != req.ID {
-		g.Status.RestoreInPlaceID, g.Status.RestoreInPlace = req.ID, v1.PhaseAdmitting
+		g.Status.RestoreInPlaceID, g.Status.RestoreInPlace = req.ID, bloodravenv1alpha1.PhaseAdmitting
 	}
 	for i := 0; i < 4; i++ {
 		step := policy.NextRestoreInPlaceStep(policy.RestoreInPlaceInput{Requested: req != nil, ActiveSite: g.Status.ActiveSite,
@@ -29,25 +29,25 @@ func (r *GroupReconciler) reconcileRestoreInPlace(ctx context.Context, g *v1.Mys
 		}
 		switch step {
 		case policy.StepAdmit:
-			ok, err := r.gate(ctx, g, sites, st, gated{op: v1.OperationRestoreInPlace, id: req.ID, target: target})
+			ok, err := r.gate(ctx, g, sites, st, gated{op: bloodravenv1alpha1.OperationRestoreInPlace, id: req.ID, target: target})
 			if err != nil || !ok {
 				return err
 			}
-			g.Status.RestoreInPlace = v1.PhaseRestoring
+			g.Status.RestoreInPlace = bloodravenv1alpha1.PhaseRestoring
 		case policy.StepRestore:
 			if err := r.driver().RestoreSite(ctx, g, target, req.ID); err != nil {
 				return fmt.Errorf("restore in place: %w", err)
 			}
-			g.Status.RestoreInPlace = v1.PhasePromoting
+			g.Status.RestoreInPlace = bloodravenv1alpha1.PhasePromoting
 		case policy.StepPromote:
 			// No transition is written until every other site is fenced and
 			// confirmed; the restore keeps its reservation while it waits.
-			if ok, _, _ := r.fenceOthers(ctx, g, sites, v1.OperationRestoreInPlace, req.ID, target, st); !ok {
+			if ok, _, _ := r.fenceOthers(ctx, g, sites, bloodravenv1alpha1.OperationRestoreInPlace, req.ID, target, st); !ok {
 				return nil
 			}
 			// On success the phase becomes Completed in the same status write
 			// as the generation bump.
-			return r.promote(ctx, g, v1.OperationRestoreInPlace, target)
+			return r.promote(ctx, g, bloodravenv1alpha1.OperationRestoreInPlace, target)
 		default:
 			return fmt.Errorf("unknown restore phase %q", g.Status.RestoreInPlace)
 		}

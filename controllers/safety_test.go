@@ -16,7 +16,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployapi"
 	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/leases"
@@ -48,7 +48,7 @@ func (f *fixture) rounds(n int, check func(round int)) {
 func (f *fixture) admitFailingUpdate() {
 	f.t.Helper()
 	f.driver.FailUpdates(f.group, "pdx", errors.New("simulated rollout failure"))
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.UpdateRevision = "r7" })
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) { g.Spec.UpdateRevision = "r7" })
 	for i := 0; i < 3; i++ {
 		_, _ = f.reconcileTolerant()
 	}
@@ -101,7 +101,7 @@ func TestRemovingARequestReleasesItsReservation(t *testing.T) {
 	f := newFixture(t, true)
 	f.settle()
 	f.admitFailingUpdate()
-	if g := f.get(); g.Status.Reservation == nil || g.Status.UpdatePhase != v1.PhaseUpdatingReplicas {
+	if g := f.get(); g.Status.Reservation == nil || g.Status.UpdatePhase != bloodravenv1alpha1.PhaseUpdatingReplicas {
 		t.Fatalf("setup: reservation %+v phase %s", g.Status.Reservation, g.Status.UpdatePhase)
 	}
 	f.grant("migration", "op-1", 30)
@@ -109,10 +109,10 @@ func TestRemovingARequestReleasesItsReservation(t *testing.T) {
 		t.Fatalf("setup: a hold while reserved: %d %v", r.status, r.body)
 	}
 
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.UpdateRevision = "" })
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) { g.Spec.UpdateRevision = "" })
 	_, _ = f.reconcileTolerant()
 	g := f.get()
-	if g.Status.Reservation != nil || g.Status.UpdatePhase != v1.PhaseFailed {
+	if g.Status.Reservation != nil || g.Status.UpdatePhase != bloodravenv1alpha1.PhaseFailed {
 		t.Fatalf("after the request was removed: reservation %+v phase %s", g.Status.Reservation, g.Status.UpdatePhase)
 	}
 	if r := f.call(http.MethodPost, "/leases", map[string]any{"kind": "failover-hold", "operationId": "op-1", "instance": "counter-app"}); r.status != http.StatusCreated {
@@ -121,20 +121,20 @@ func TestRemovingARequestReleasesItsReservation(t *testing.T) {
 
 	// A deferred planned failover whose request is removed ends too, so the
 	// group can become stable again.
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-		g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-1", TargetSite: "iad"}
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+		g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "req-1", TargetSite: "iad"}
 	})
 	f.driver.Revive(f.group, "pdx")
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-		g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-2", TargetSite: "pdx"}
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+		g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "req-2", TargetSite: "pdx"}
 	})
 	f.settle()
-	if g := f.get(); g.Status.PlannedFailover.Phase != v1.PlannedFailoverPhaseDeferred {
+	if g := f.get(); g.Status.PlannedFailover.Phase != bloodravenv1alpha1.PlannedFailoverPhaseDeferred {
 		t.Fatalf("setup: planned failover %s", g.Status.PlannedFailover.Phase)
 	}
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) { g.Spec.PlannedFailover = nil })
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) { g.Spec.PlannedFailover = nil })
 	f.settle()
-	if g := f.get(); g.Status.PlannedFailover.Phase != v1.PlannedFailoverPhaseFailed || g.Status.PlannedFailover.Reason != "RequestWithdrawn" {
+	if g := f.get(); g.Status.PlannedFailover.Phase != bloodravenv1alpha1.PlannedFailoverPhaseFailed || g.Status.PlannedFailover.Reason != "RequestWithdrawn" {
 		t.Fatalf("a withdrawn planned failover: %+v", g.Status.PlannedFailover)
 	}
 }
@@ -143,17 +143,17 @@ func TestRemovingARequestReleasesItsReservation(t *testing.T) {
 // wrapped driver's.
 type faultyDriver struct {
 	topology.Driver
-	promote func(ctx context.Context, g *v1.MysqlFailoverGroup, site string, gen int64, planned bool) error
+	promote func(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, site string, gen int64, planned bool) error
 }
 
-func (d *faultyDriver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, site string, gen int64, planned bool) error {
+func (d *faultyDriver) Promote(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, site string, gen int64, planned bool) error {
 	if d.promote != nil {
 		return d.promote(ctx, g, site, gen, planned)
 	}
 	return d.Driver.Promote(ctx, g, site, gen, planned)
 }
 
-func (d *faultyDriver) Rejoin(ctx context.Context, g *v1.MysqlFailoverGroup, site, primary string) error {
+func (d *faultyDriver) Rejoin(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, site, primary string) error {
 	return d.Driver.(topology.Rejoiner).Rejoin(ctx, g, site, primary)
 }
 
@@ -180,7 +180,7 @@ func TestInterruptedTransitionsNeverLeaveTwoWritableSites(t *testing.T) {
 		f := newFixture(t, true)
 		f.settle()
 		fd := &faultyDriver{Driver: f.driver}
-		fd.promote = func(ctx context.Context, g *v1.MysqlFailoverGroup, site string, gen int64, planned bool) error {
+		fd.promote = func(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, site string, gen int64, planned bool) error {
 			if err := f.driver.Promote(ctx, g, site, gen, planned); err != nil {
 				return err
 			}
@@ -189,8 +189,8 @@ func TestInterruptedTransitionsNeverLeaveTwoWritableSites(t *testing.T) {
 			return errors.New("connection lost")
 		}
 		f.rec.Driver, f.rec.PromoteTimeout = fd, time.Minute
-		f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-			g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
+		f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+			g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
 		})
 		run(f, 12) // minutes pass; pdx stays unreachable
 		if g := f.get(); g.Status.Transition == nil || f.driver.Writable(g, "iad") {
@@ -206,7 +206,7 @@ func TestInterruptedTransitionsNeverLeaveTwoWritableSites(t *testing.T) {
 		f := newFixture(t, true)
 		f.settle()
 		var attempts atomic.Int32
-		f.rec.Driver = &faultyDriver{Driver: f.driver, promote: func(ctx context.Context, g *v1.MysqlFailoverGroup, site string, gen int64, planned bool) error {
+		f.rec.Driver = &faultyDriver{Driver: f.driver, promote: func(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, site string, gen int64, planned bool) error {
 			if site != "pdx" { // reasserting the old primary works
 				return f.driver.Promote(ctx, g, site, gen, planned)
 			}
@@ -215,8 +215,8 @@ func TestInterruptedTransitionsNeverLeaveTwoWritableSites(t *testing.T) {
 			return errors.New("target did not catch up")
 		}}
 		f.rec.PromoteTimeout = time.Minute
-		f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-			g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
+		f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+			g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
 		})
 		run(f, 15)
 		g := f.get()
@@ -224,7 +224,7 @@ func TestInterruptedTransitionsNeverLeaveTwoWritableSites(t *testing.T) {
 			t.Fatalf("after %d failed promotions: iad writable %v, pdx writable %v, %s/%d, transition %+v", attempts.Load(),
 				f.driver.Writable(g, "iad"), f.driver.Writable(g, "pdx"), g.Status.ActiveSite, g.Status.TopologyGeneration, g.Status.Transition)
 		}
-		if pf := g.Status.PlannedFailover; pf.Phase != v1.PlannedFailoverPhaseFailed || pf.Reason != "PromotionRolledBack" {
+		if pf := g.Status.PlannedFailover; pf.Phase != bloodravenv1alpha1.PlannedFailoverPhaseFailed || pf.Reason != "PromotionRolledBack" {
 			t.Fatalf("planned failover %+v", pf)
 		}
 		if len(f.events("TransitionRolledBack", 1)) == 0 {
@@ -276,11 +276,11 @@ func straddle(t *testing.T, n int) (promoted bool, status int, reads int) {
 	f.settle()
 	f.grant("migration", "op-1", 120)
 	holdTok, expiry := f.grant("failover-hold", "op-1", 5)
-	f.patchSpec(func(g *v1.MysqlFailoverGroup) {
-		g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
+	f.patchSpec(func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+		g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
 	})
 	f.settle()
-	if g := f.get(); g.Status.PlannedFailover.Phase != v1.PlannedFailoverPhaseDeferred {
+	if g := f.get(); g.Status.PlannedFailover.Phase != bloodravenv1alpha1.PlannedFailoverPhaseDeferred {
 		t.Fatalf("setup: %s", g.Status.PlannedFailover.Phase)
 	}
 
@@ -316,7 +316,7 @@ func straddle(t *testing.T, n int) (promoted bool, status int, reads int) {
 	var r apiResp
 	var landed sync.Once
 	let := func() { landed.Do(func() { close(release); r = <-done }) }
-	f.rec.Driver = &faultyDriver{Driver: f.driver, promote: func(ctx context.Context, g *v1.MysqlFailoverGroup, site string, gen int64, planned bool) error {
+	f.rec.Driver = &faultyDriver{Driver: f.driver, promote: func(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, site string, gen int64, planned bool) error {
 		let()
 		return f.driver.Promote(ctx, g, site, gen, planned)
 	}}

@@ -8,7 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/policy"
 	"github.com/shipstream/bloodraven/topology"
 )
@@ -16,7 +16,7 @@ import (
 // reconcileTopology takes the safety paths. It never reads a deployment
 // lease: policy.DecideTopology has no lease input. It reports whether it
 // changed the data plane or the fence.
-func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFailoverGroup, sites []topology.SiteState, st *step) (bool, error) {
+func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *step) (bool, error) {
 	budget := time.Duration(g.Spec.FailureDetectionSeconds) * time.Second
 	if budget <= 0 {
 		budget = 30 * time.Second
@@ -54,7 +54,7 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 	case policy.ActionRollBack:
 		return true, r.rollBack(ctx, g, d)
 	case policy.ActionBootstrap:
-		return true, r.promote(ctx, g, v1.OperationBootstrap, d.Site)
+		return true, r.promote(ctx, g, bloodravenv1alpha1.OperationBootstrap, d.Site)
 	case policy.ActionFence:
 		if err := r.driver().Fence(ctx, g, d.Site); err != nil {
 			return false, fmt.Errorf("fence site %s: %w", d.Site, err)
@@ -76,7 +76,7 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 		return false, nil
 	case policy.ActionEmergencyPromote:
 		EventEmergencyFailover.emit(r.Recorder, g, g.Status.ActiveSite, budget, d.Site)
-		return true, r.promote(ctx, g, v1.OperationEmergencyFailover, d.Site)
+		return true, r.promote(ctx, g, bloodravenv1alpha1.OperationEmergencyFailover, d.Site)
 	case policy.ActionRejoin:
 		rj, ok := r.driver().(topology.Rejoiner)
 		if !ok {
@@ -106,9 +106,9 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *v1.MysqlFail
 }
 
 // transitionInput is what policy needs of status.transition.
-func transitionInput(t *v1.TopologyTransition) policy.Transition {
+func transitionInput(t *bloodravenv1alpha1.TopologyTransition) policy.Transition {
 	pt := policy.Transition{TargetSite: t.TargetSite, StartedAt: t.StartedAt.Time, Failures: t.Failures,
-		Bootstrap: t.Operation == v1.OperationBootstrap, Planned: plannedTransition(t.Operation)}
+		Bootstrap: t.Operation == bloodravenv1alpha1.OperationBootstrap, Planned: plannedTransition(t.Operation)}
 	if t.FailingSince != nil {
 		pt.FailingSince = t.FailingSince.Time
 	}
@@ -117,8 +117,8 @@ func transitionInput(t *v1.TopologyTransition) policy.Transition {
 
 // plannedTransition tells whether op's promotion is a planned one: it fences
 // and confirms every other site first, and skips none.
-func plannedTransition(op v1.OperationName) bool {
-	return op != v1.OperationEmergencyFailover && op != v1.OperationBootstrap
+func plannedTransition(op bloodravenv1alpha1.OperationName) bool {
+	return op != bloodravenv1alpha1.OperationEmergencyFailover && op != bloodravenv1alpha1.OperationBootstrap
 }
 
 // promote is the one way the active site changes. It announces the change in
@@ -130,9 +130,9 @@ func plannedTransition(op v1.OperationName) bool {
 // decided on at once (policy.DecidePromoteFailure): a planned one that could
 // not fence another site is rolled back in the same reconcile; any other is
 // counted in the transition, so policy.DecideTopology can roll it back.
-func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup, op v1.OperationName, target string) error {
+func (r *GroupReconciler) promote(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, op bloodravenv1alpha1.OperationName, target string) error {
 	if g.Status.Transition == nil {
-		g.Status.Transition = &v1.TopologyTransition{Operation: op, TargetSite: target,
+		g.Status.Transition = &bloodravenv1alpha1.TopologyTransition{Operation: op, TargetSite: target,
 			Generation: g.Status.TopologyGeneration + 1, StartedAt: r.now()}
 		if err := r.writeStatus(ctx, g); err != nil {
 			return err
@@ -154,7 +154,7 @@ func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup,
 	if err := r.writeStatus(ctx, g); err != nil {
 		return err
 	}
-	if t.Operation == v1.OperationBootstrap {
+	if t.Operation == bloodravenv1alpha1.OperationBootstrap {
 		EventBootstrapped.emit(r.Recorder, g, t.TargetSite, t.Generation)
 	} else {
 		EventPromoted.emit(r.Recorder, g, t.Operation, t.TargetSite, t.Generation)
@@ -173,7 +173,7 @@ func (r *GroupReconciler) promote(ctx context.Context, g *v1.MysqlFailoverGroup,
 // where it would hold emergency failover. If that rollback cannot fence the
 // target, the failure is recorded and the transition stays. Otherwise the
 // failure is persisted and returned.
-func (r *GroupReconciler) promoteFailed(ctx context.Context, g *v1.MysqlFailoverGroup, err error) error {
+func (r *GroupReconciler) promoteFailed(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, err error) error {
 	tr := g.Status.Transition
 	if tr.FailingSince == nil {
 		now := r.now()
@@ -209,7 +209,7 @@ func (r *GroupReconciler) promoteFailed(ctx context.Context, g *v1.MysqlFailover
 // with d.Readmit (a planned transition that could not fence another site),
 // waits for its sites again. The generation does not move: no site became
 // authoritative.
-func (r *GroupReconciler) rollBack(ctx context.Context, g *v1.MysqlFailoverGroup, d policy.TopologyDecision) error {
+func (r *GroupReconciler) rollBack(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, d policy.TopologyDecision) error {
 	t := *g.Status.Transition
 	if err := r.driver().Fence(ctx, g, t.TargetSite); err != nil {
 		return fmt.Errorf("roll back %s: fence target %s: %w", t.Operation, t.TargetSite, err)
@@ -243,8 +243,8 @@ func (r *GroupReconciler) rollBack(ctx context.Context, g *v1.MysqlFailoverGroup
 // restore-in-place (Promoting) already are in the phase in which they fence
 // the other sites before they write a transition, and keep their
 // reservation while they wait.
-func (r *GroupReconciler) readmitOperation(g *v1.MysqlFailoverGroup, name v1.OperationName, msg string) {
-	if name == v1.OperationPlannedFailover {
+func (r *GroupReconciler) readmitOperation(g *bloodravenv1alpha1.MysqlFailoverGroup, name bloodravenv1alpha1.OperationName, msg string) {
+	if name == bloodravenv1alpha1.OperationPlannedFailover {
 		r.plannedWaits(g, policy.WaitSiteUnreachable, msg)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -92,7 +92,7 @@ func TestAuthorization(t *testing.T) {
 		expectError(t, f.do(http.MethodGet, "/deploy/v1/groups/no-such-group", f.token, nil), http.StatusForbidden, "forbidden")
 	})
 	t.Run("a POST naming an instance the caller may not use is forbidden", func(t *testing.T) {
-		f.createDatabase(f.groupNS, "other-app", "playground", v1.DeploymentClient{Namespace: strangerNS, ServiceAccount: "deploy"})
+		f.createDatabase(f.groupNS, "other-app", "playground", bloodravenv1alpha1.DeploymentClient{Namespace: strangerNS, ServiceAccount: "deploy"})
 		r := f.do(http.MethodPost, groupPath+"/leases", f.token, map[string]any{"kind": "migration", "operationId": "op-1", "instance": "other-app"})
 		expectError(t, r, http.StatusForbidden, "forbidden")
 		r = f.do(http.MethodPost, groupPath+"/leases", f.token, map[string]any{"kind": "migration", "operationId": "op-1", "instance": "no-such-db"})
@@ -109,7 +109,7 @@ func TestAuthorization(t *testing.T) {
 		if r := f.do(http.MethodGet, groupPath, f.token, nil); r.status != http.StatusOK {
 			t.Fatalf("before: %d %s", r.status, r.raw)
 		}
-		db := &v1.MysqlDatabase{}
+		db := &bloodravenv1alpha1.MysqlDatabase{}
 		if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.groupNS, Name: "counter-app"}, db); err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +137,7 @@ func TestAmbiguousGroupAcrossNamespaces(t *testing.T) {
 	f := newFixture(t)
 	otherNS := env.Namespace(t)
 	f.createGroup(otherNS, "playground", 1)
-	f.createDatabase(otherNS, "billing-app", "playground", v1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
+	f.createDatabase(otherNS, "billing-app", "playground", bloodravenv1alpha1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
 
 	expectError(t, f.do(http.MethodGet, groupPath, f.token, nil), http.StatusForbidden, "forbidden")
 	r := f.do(http.MethodPost, groupPath+"/leases", f.token, map[string]any{"kind": "migration", "operationId": "op-1", "instance": "billing-app"})
@@ -320,7 +320,7 @@ func TestFailoverHoldOnlyForTheMigrationHolder(t *testing.T) {
 	expectError(t, f.do(http.MethodPost, groupPath+"/leases", f.token, grantBody("failover-hold", "op-2", nil)), 403, "migration_not_held")
 
 	// Same operation, another instance the caller may use: still not the holder.
-	f.createDatabase(f.groupNS, "second-app", "playground", v1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
+	f.createDatabase(f.groupNS, "second-app", "playground", bloodravenv1alpha1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
 	r := f.do(http.MethodPost, groupPath+"/leases", f.token, map[string]any{"kind": "failover-hold", "operationId": "op-1", "instance": "second-app"})
 	expectError(t, r, 403, "migration_not_held")
 
@@ -392,7 +392,7 @@ func TestFenceRevokesOnGenerationChangeAndTombstonesPersist(t *testing.T) {
 	m := f.grant("migration", "op-1", http.StatusCreated)
 	h := f.grant("failover-hold", "op-1", http.StatusCreated)
 
-	f.setStatus(func(s *v1.MysqlFailoverGroupStatus) { s.TopologyGeneration = 2; s.ActiveSite = "pdx" })
+	f.setStatus(func(s *bloodravenv1alpha1.MysqlFailoverGroupStatus) { s.TopologyGeneration = 2; s.ActiveSite = "pdx" })
 
 	r := f.do(http.MethodPut, leasePath("migration", "op-1"), f.token, map[string]any{"token": m.str("token")})
 	expectError(t, r, http.StatusConflict, "revoked")
@@ -413,7 +413,7 @@ func TestFenceRevokesOnGenerationChangeAndTombstonesPersist(t *testing.T) {
 		t.Fatalf("new grant generation = %v, want 2", n.num("topologyGeneration"))
 	}
 	// The old operation still gets 409 revoked, with the current generation.
-	f.setStatus(func(s *v1.MysqlFailoverGroupStatus) { s.TopologyGeneration = 3; s.ActiveSite = "iad" })
+	f.setStatus(func(s *bloodravenv1alpha1.MysqlFailoverGroupStatus) { s.TopologyGeneration = 3; s.ActiveSite = "iad" })
 	r = f.do(http.MethodPost, groupPath+"/leases", f.token, grantBody("migration", "op-1", nil))
 	expectError(t, r, 409, "revoked")
 	if r.num("topologyGeneration") != 3 {
@@ -465,8 +465,8 @@ func TestUnstableIsNeverARenewal(t *testing.T) {
 	}
 	before := storedExpiry(leases.MigrationName("playground"))
 
-	f.setStatus(func(s *v1.MysqlFailoverGroupStatus) {
-		s.Transition = &v1.TopologyTransition{Operation: "PlannedFailover", TargetSite: "pdx", Generation: 2, StartedAt: metav1.NewTime(f.clock.Now())}
+	f.setStatus(func(s *bloodravenv1alpha1.MysqlFailoverGroupStatus) {
+		s.Transition = &bloodravenv1alpha1.TopologyTransition{Operation: "PlannedFailover", TargetSite: "pdx", Generation: 2, StartedAt: metav1.NewTime(f.clock.Now())}
 	})
 	f.clock.Step(5 * time.Second)
 	r := f.do(http.MethodPut, leasePath("migration", "op-1"), f.token, map[string]any{"token": m.str("token")})
@@ -484,9 +484,9 @@ func TestUnstableIsNeverARenewal(t *testing.T) {
 	}
 
 	// A reservation blocks holds, not the migration mutex.
-	f.setStatus(func(s *v1.MysqlFailoverGroupStatus) {
+	f.setStatus(func(s *bloodravenv1alpha1.MysqlFailoverGroupStatus) {
 		s.Transition = nil
-		s.Reservation = &v1.OperationReservation{Operation: "PlannedFailover", ID: "req-42", ReservedAt: metav1.NewTime(f.clock.Now())}
+		s.Reservation = &bloodravenv1alpha1.OperationReservation{Operation: "PlannedFailover", ID: "req-42", ReservedAt: metav1.NewTime(f.clock.Now())}
 	})
 	holdBefore := storedExpiry(leases.HoldName("playground", "op-1"))
 	expectError(t, f.do(http.MethodPut, leasePath("failover-hold", "op-1"), f.token, map[string]any{"token": h.str("token")}), 423, "unstable")
@@ -531,8 +531,8 @@ func TestGetGroupObservation(t *testing.T) {
 	}
 
 	g := f.grant("migration", "op-1", http.StatusCreated)
-	f.setStatus(func(s *v1.MysqlFailoverGroupStatus) {
-		s.PlannedFailover = &v1.PlannedFailoverStatus{ID: "req-42", TargetSite: "pdx", Phase: v1.PlannedFailoverPhaseDeferred, Reason: "DeploymentHold"}
+	f.setStatus(func(s *bloodravenv1alpha1.MysqlFailoverGroupStatus) {
+		s.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverStatus{ID: "req-42", TargetSite: "pdx", Phase: bloodravenv1alpha1.PlannedFailoverPhaseDeferred, Reason: "DeploymentHold"}
 	})
 	r = f.do(http.MethodGet, groupPath, f.token, nil)
 	if r.body["stable"] != false || r.str("unstableReason") != "PlannedFailoverDeferred" {

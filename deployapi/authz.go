@@ -9,7 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 )
@@ -23,8 +23,8 @@ const GroupRefField = "spec.groupRef.name"
 // proposes candidates from (Config.Databases). Call it before the cache
 // starts.
 func IndexDatabases(ctx context.Context, indexer client.FieldIndexer) error {
-	err := indexer.IndexField(ctx, &v1.MysqlDatabase{}, GroupRefField, func(o client.Object) []string {
-		return []string{o.(*v1.MysqlDatabase).Spec.GroupRef.Name}
+	err := indexer.IndexField(ctx, &bloodravenv1alpha1.MysqlDatabase{}, GroupRefField, func(o client.Object) []string {
+		return []string{o.(*bloodravenv1alpha1.MysqlDatabase).Spec.GroupRef.Name}
 	})
 	if err != nil {
 		return fmt.Errorf("index MysqlDatabases by %s: %w", GroupRefField, err)
@@ -70,7 +70,7 @@ type scope struct {
 // same time as the group's; the group returned is a fresh read: it carries
 // the fence. These reads wait for the caller's own read slots (fair share,
 // fairshare.go), so a flood of one identity queues on its own budget.
-func (s *Server) authorize(ctx context.Context, id Identity, c *call) (*v1.MysqlFailoverGroup, error) {
+func (s *Server) authorize(ctx context.Context, id Identity, c *call) (*bloodravenv1alpha1.MysqlFailoverGroup, error) {
 	api := c.ticket.reader(s.api)
 	byNS, err := s.candidates(ctx, id, c.group, c.instance, c.namespace)
 	if err != nil {
@@ -98,7 +98,7 @@ func (s *Server) authorize(ctx context.Context, id Identity, c *call) (*v1.Mysql
 		ns := namespaces[0]
 		return s.confirmScope(ctx, api, id, c.group, scope{namespace: ns, instance: c.instance}, byNS[ns])
 	}
-	var found *v1.MysqlFailoverGroup
+	var found *bloodravenv1alpha1.MysqlFailoverGroup
 	for _, ns := range namespaces {
 		g, err := s.confirmScope(ctx, api, id, c.group, scope{namespace: ns, instance: c.instance}, byNS[ns])
 		if errors.Is(err, errForbidden) {
@@ -124,12 +124,12 @@ func (s *Server) authorize(ctx context.Context, id Identity, c *call) (*v1.Mysql
 // caller. Both reads start after the request did, so the fence is as fresh
 // as read one after the other; the group is used only if a database
 // confirms. errForbidden when no database confirms or the group is absent.
-func (s *Server) confirmScope(ctx context.Context, api client.Reader, id Identity, group string, sc scope, names []string) (*v1.MysqlFailoverGroup, error) {
+func (s *Server) confirmScope(ctx context.Context, api client.Reader, id Identity, group string, sc scope, names []string) (*bloodravenv1alpha1.MysqlFailoverGroup, error) {
 	if sc.instance != "" {
 		names = []string{sc.instance}
 	}
 	type read struct {
-		g   *v1.MysqlFailoverGroup
+		g   *bloodravenv1alpha1.MysqlFailoverGroup
 		err error
 	}
 	groupRead := make(chan read, 1)
@@ -194,8 +194,8 @@ func (s *Server) settleByLease(ctx context.Context, c *call, byNS map[string][]s
 
 // readGroup reads the group from the API server through api; errForbidden
 // when absent.
-func (s *Server) readGroup(ctx context.Context, api client.Reader, namespace, name string) (*v1.MysqlFailoverGroup, error) {
-	g := &v1.MysqlFailoverGroup{}
+func (s *Server) readGroup(ctx context.Context, api client.Reader, namespace, name string) (*bloodravenv1alpha1.MysqlFailoverGroup, error) {
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	if err := api.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, g); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, errForbidden
@@ -210,7 +210,7 @@ func (s *Server) readGroup(ctx context.Context, api client.Reader, namespace, na
 // with namespace set, only that namespace), in namespaces where the group
 // cache holds a group of that name.
 func (s *Server) candidates(ctx context.Context, id Identity, group, instance, namespace string) (map[string][]string, error) {
-	var dbs v1.MysqlDatabaseList
+	var dbs bloodravenv1alpha1.MysqlDatabaseList
 	if err := s.dbs.List(ctx, &dbs, client.MatchingFields{GroupRefField: group}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list cached MysqlDatabases of group %q: %w", group, err)
 	}
@@ -240,7 +240,7 @@ func (s *Server) candidates(ctx context.Context, id Identity, group, instance, n
 // It proposes only: the uncached read of the group decides.
 func (s *Server) groupProposed(ctx context.Context, namespace, group string) (bool, error) {
 	// Only existence matters: the cache's object is not copied.
-	if err := s.groupCache().Get(ctx, client.ObjectKey{Namespace: namespace, Name: group}, &v1.MysqlFailoverGroup{}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := s.groupCache().Get(ctx, client.ObjectKey{Namespace: namespace, Name: group}, &bloodravenv1alpha1.MysqlFailoverGroup{}, client.UnsafeDisableDeepCopy); err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -254,7 +254,7 @@ func (s *Server) groupProposed(ctx context.Context, namespace, group string) (bo
 func (s *Server) confirm(ctx context.Context, api client.Reader, id Identity, group, namespace string, names []string) (bool, error) {
 	sort.Strings(names)
 	for _, name := range names {
-		db := &v1.MysqlDatabase{}
+		db := &bloodravenv1alpha1.MysqlDatabase{}
 		if err := api.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, db); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
@@ -270,7 +270,7 @@ func (s *Server) confirm(ctx context.Context, api client.Reader, id Identity, gr
 
 // admits reports whether db authorizes the caller for group (and, when
 // instance is set, is that instance).
-func admits(db *v1.MysqlDatabase, id Identity, group, instance string) bool {
+func admits(db *bloodravenv1alpha1.MysqlDatabase, id Identity, group, instance string) bool {
 	if db.Spec.GroupRef.Name != group || (instance != "" && db.Name != instance) {
 		return false
 	}

@@ -8,7 +8,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 )
@@ -17,11 +17,13 @@ import (
 // held when it was made, whatever the API server holds since. It stands in
 // for the informer cache at its worst (lagging), to show that the cache
 // only proposes and the uncached GET decides.
-type frozenProposer struct{ items []v1.MysqlDatabase }
+type frozenProposer struct {
+	items []bloodravenv1alpha1.MysqlDatabase
+}
 
 func freezeDatabases(t testing.TB, ns string) *frozenProposer {
 	t.Helper()
-	var list v1.MysqlDatabaseList
+	var list bloodravenv1alpha1.MysqlDatabaseList
 	if err := env.Client.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +35,7 @@ func (p *frozenProposer) Get(context.Context, client.ObjectKey, client.Object, .
 }
 
 func (p *frozenProposer) List(_ context.Context, list client.ObjectList, _ ...client.ListOption) error {
-	l := list.(*v1.MysqlDatabaseList)
+	l := list.(*bloodravenv1alpha1.MysqlDatabaseList)
 	for i := range p.items {
 		l.Items = append(l.Items, *p.items[i].DeepCopy())
 	}
@@ -51,9 +53,9 @@ func (f *fixture) serverProposingFrom(t testing.TB, p client.Reader) *Server {
 	return s
 }
 
-func (f *fixture) setClients(t testing.TB, ns, name string, clients []v1.DeploymentClient) {
+func (f *fixture) setClients(t testing.TB, ns, name string, clients []bloodravenv1alpha1.DeploymentClient) {
 	t.Helper()
-	db := &v1.MysqlDatabase{}
+	db := &bloodravenv1alpha1.MysqlDatabase{}
 	if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: ns, Name: name}, db); err != nil {
 		t.Fatal(err)
 	}
@@ -112,10 +114,10 @@ func TestRemovingAClientRefusesItsNextRequest(t *testing.T) {
 func TestTheCacheProposesAndTheAPIServerDecides(t *testing.T) {
 	f := newFixture(t)
 	stale := freezeDatabases(t, f.groupNS)
-	f.setClients(t, f.groupNS, "counter-app", []v1.DeploymentClient{{Namespace: f.clientNS, ServiceAccount: "someone-else"}})
+	f.setClients(t, f.groupNS, "counter-app", []bloodravenv1alpha1.DeploymentClient{{Namespace: f.clientNS, ServiceAccount: "someone-else"}})
 	expectError(t, f.doWith(f.serverProposingFrom(t, stale), http.MethodGet, groupPath, f.token, nil), http.StatusForbidden, "forbidden")
 
-	f.setClients(t, f.groupNS, "counter-app", []v1.DeploymentClient{{Namespace: f.clientNS, ServiceAccount: "deploy"}})
+	f.setClients(t, f.groupNS, "counter-app", []bloodravenv1alpha1.DeploymentClient{{Namespace: f.clientNS, ServiceAccount: "deploy"}})
 	empty := &frozenProposer{}
 	expectError(t, f.doWith(f.serverProposingFrom(t, empty), http.MethodGet, groupPath, f.token, nil), http.StatusForbidden, "forbidden")
 	if r := f.doWith(f.serverProposingFrom(t, freezeDatabases(t, f.groupNS)), http.MethodGet, groupPath, f.token, nil); r.status != http.StatusOK {
@@ -132,13 +134,13 @@ func TestAmbiguityIsConfirmedByTheAPIServer(t *testing.T) {
 	f.createGroup(otherNS, "playground", 1)
 	f.createDatabase(otherNS, "billing-app", "playground")
 	both := &frozenProposer{items: append(freezeDatabases(t, f.groupNS).items, freezeDatabases(t, otherNS).items...)}
-	both.items[len(both.items)-1].Spec.DeploymentClients = []v1.DeploymentClient{{Namespace: f.clientNS, ServiceAccount: "deploy"}}
+	both.items[len(both.items)-1].Spec.DeploymentClients = []bloodravenv1alpha1.DeploymentClient{{Namespace: f.clientNS, ServiceAccount: "deploy"}}
 	// The cache thinks billing-app lists the caller; the API server says it
 	// does not: no ambiguity.
 	if r := f.doWith(f.serverProposingFrom(t, both), http.MethodGet, groupPath, f.token, nil); r.status != http.StatusOK || r.str("namespace") != f.groupNS {
 		t.Fatalf("only %s confirms: %d %s", f.groupNS, r.status, r.raw)
 	}
-	f.setClients(t, otherNS, "billing-app", []v1.DeploymentClient{{Namespace: f.clientNS, ServiceAccount: "deploy"}})
+	f.setClients(t, otherNS, "billing-app", []bloodravenv1alpha1.DeploymentClient{{Namespace: f.clientNS, ServiceAccount: "deploy"}})
 	expectError(t, f.doWith(f.serverProposingFrom(t, both), http.MethodGet, groupPath, f.token, nil), http.StatusForbidden, "forbidden")
 }
 
@@ -149,9 +151,9 @@ func TestAuthorizationNeverListsDatabases(t *testing.T) {
 	f := newFixture(t)
 	other := env.Namespace(t)
 	for _, name := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
-		f.createDatabase(other, "unrelated-"+name, "elsewhere-"+name, v1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
+		f.createDatabase(other, "unrelated-"+name, "elsewhere-"+name, bloodravenv1alpha1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
 	}
-	f.createDatabase(f.groupNS, "unrelated-x", "elsewhere-x", v1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
+	f.createDatabase(f.groupNS, "unrelated-x", "elsewhere-x", bloodravenv1alpha1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
 	log := &requestLog{}
 	s := f.countingServer(t, log)
 	g := f.doWith(s, http.MethodPost, groupPath+"/leases", f.token, grantBody("migration", "op-1", 30))

@@ -9,7 +9,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
@@ -91,7 +91,7 @@ func fail(err error) result          { return result{err: err} }
 type parser func(r *http.Request, ps httprouter.Params, c *call) *apiError
 
 // action acts on a parsed, authorized call; g is the group, read fresh.
-type action func(r *http.Request, c *call, g *v1.MysqlFailoverGroup) result
+type action func(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFailoverGroup) result
 
 // route is one endpoint of the API.
 type route struct {
@@ -232,8 +232,8 @@ func confirmedOnly(o policy.LeaseOutcome) bool {
 	return false
 }
 
-func groupView(g *v1.MysqlFailoverGroup) policy.GroupView {
-	_, revokePending := g.Annotations[v1.RevokeDeploymentLeasesAnnotation]
+func groupView(g *bloodravenv1alpha1.MysqlFailoverGroup) policy.GroupView {
+	_, revokePending := g.Annotations[bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation]
 	return policy.GroupView{
 		UID:           string(g.UID),
 		Generation:    g.Status.TopologyGeneration,
@@ -249,7 +249,7 @@ func groupView(g *v1.MysqlFailoverGroup) policy.GroupView {
 
 // rereadGroup reads g again from the API server: a decision found a record
 // newer than the request's view of the group.
-func (s *Server) rereadGroup(ctx context.Context, g *v1.MysqlFailoverGroup) (*v1.MysqlFailoverGroup, error) {
+func (s *Server) rereadGroup(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) (*bloodravenv1alpha1.MysqlFailoverGroup, error) {
 	fresh, err := s.readGroup(ctx, s.api, g.Namespace, g.Name)
 	if err != nil {
 		return nil, err
@@ -262,7 +262,7 @@ func (s *Server) rereadGroup(ctx context.Context, g *v1.MysqlFailoverGroup) (*v1
 
 // staleView re-reads *g and asks for another attempt: a decision met a
 // record newer than the request's view of the group.
-func (s *Server) staleView(ctx context.Context, g **v1.MysqlFailoverGroup) error {
+func (s *Server) staleView(ctx context.Context, g **bloodravenv1alpha1.MysqlFailoverGroup) error {
 	fresh, err := s.rereadGroup(ctx, *g)
 	if err != nil {
 		return err
@@ -273,7 +273,7 @@ func (s *Server) staleView(ctx context.Context, g **v1.MysqlFailoverGroup) error
 
 // revokeMoved revokes operation for the move (topology_changed) and, once
 // written, moves *g to the group the revocation read, to decide again on.
-func (s *Server) revokeMoved(ctx context.Context, g **v1.MysqlFailoverGroup, operation string) (leasestore.Revocation, error) {
+func (s *Server) revokeMoved(ctx context.Context, g **bloodravenv1alpha1.MysqlFailoverGroup, operation string) (leasestore.Revocation, error) {
 	rev, err := s.leases.Revoke(ctx, *g, operation, leases.ReasonTopologyChanged)
 	if err == nil {
 		*g = afterRevocation(*g, rev)
@@ -283,7 +283,7 @@ func (s *Server) revokeMoved(ctx context.Context, g **v1.MysqlFailoverGroup, ope
 
 // afterRevocation is the group to decide again on once a revocation was
 // written: the one the revocation read, when it is the same incarnation.
-func afterRevocation(g *v1.MysqlFailoverGroup, rev leasestore.Revocation) *v1.MysqlFailoverGroup {
+func afterRevocation(g *bloodravenv1alpha1.MysqlFailoverGroup, rev leasestore.Revocation) *bloodravenv1alpha1.MysqlFailoverGroup {
 	if rev.Group != nil && rev.Group.UID == g.UID {
 		return rev.Group
 	}

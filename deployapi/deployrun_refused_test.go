@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
 const runsRefused = "DeployRun writes refused for this test"
@@ -28,7 +28,7 @@ func (f *fixture) refuseRunWrites(ns string) {
 			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
 				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-					Rule: admissionregistrationv1.Rule{APIGroups: []string{v1.GroupVersion.Group}, APIVersions: []string{"*"},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{bloodravenv1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
 						Resources: []string{"deployruns", "deployruns/status"}},
 				}}}},
 			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: runsRefused}},
@@ -46,8 +46,8 @@ func (f *fixture) refuseRunWrites(ns string) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		probe := &v1.DeployRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"},
-			Spec: v1.DeployRunSpec{GroupRef: v1.GroupReference{Name: "playground"}, Instance: "counter-app", OperationID: "probe"}}
+		probe := &bloodravenv1alpha1.DeployRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"},
+			Spec: bloodravenv1alpha1.DeployRunSpec{GroupRef: bloodravenv1alpha1.GroupReference{Name: "playground"}, Instance: "counter-app", OperationID: "probe"}}
 		err := env.Client.Create(f.ctx, probe, client.DryRunAll)
 		if err != nil && strings.Contains(err.Error(), runsRefused) {
 			return

@@ -8,18 +8,21 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 )
 
 // run reads the DeployRun of op, failing the test when there is none.
-func (f *fixture) run(op string) *v1.DeployRun { f.t.Helper(); return f.runFor("counter-app", op) }
+func (f *fixture) run(op string) *bloodravenv1alpha1.DeployRun {
+	f.t.Helper()
+	return f.runFor("counter-app", op)
+}
 
 // runFor reads the DeployRun of op's latest tenure for instance, failing
 // the test when there is none.
-func (f *fixture) runFor(instance, op string) *v1.DeployRun {
+func (f *fixture) runFor(instance, op string) *bloodravenv1alpha1.DeployRun {
 	f.t.Helper()
-	var out *v1.DeployRun
+	var out *bloodravenv1alpha1.DeployRun
 	for _, r := range f.runs() {
 		if r.Spec.OperationID != op || r.Spec.Instance != instance {
 			continue
@@ -34,16 +37,16 @@ func (f *fixture) runFor(instance, op string) *v1.DeployRun {
 	return out
 }
 
-func (f *fixture) runs() []v1.DeployRun {
+func (f *fixture) runs() []bloodravenv1alpha1.DeployRun {
 	f.t.Helper()
-	var list v1.DeployRunList
+	var list bloodravenv1alpha1.DeployRunList
 	if err := env.Client.List(f.ctx, &list, client.InNamespace(f.groupNS)); err != nil {
 		f.t.Fatal(err)
 	}
 	return list.Items
 }
 
-func expectRun(t *testing.T, r *v1.DeployRun, outcome v1.DeployRunOutcome, phase string, end v1.LeaseEnd) {
+func expectRun(t *testing.T, r *bloodravenv1alpha1.DeployRun, outcome bloodravenv1alpha1.DeployRunOutcome, phase string, end bloodravenv1alpha1.LeaseEnd) {
 	t.Helper()
 	if r.Status.Outcome != outcome || r.Status.Phase != phase || r.Status.LeaseEnd != end {
 		t.Fatalf("run of %s: outcome %q phase %q leaseEnd %q, want %q %q %q", r.Spec.OperationID,
@@ -55,7 +58,7 @@ func TestAGrantedMigrationLeavesADeployRunWithItsReportedOutcome(t *testing.T) {
 	f := newFixture(t)
 	g := f.grant("migration", "op-1", http.StatusCreated)
 	r := f.run("op-1")
-	expectRun(t, r, v1.DeployRunRunning, "pre-ddl", "")
+	expectRun(t, r, bloodravenv1alpha1.DeployRunRunning, "pre-ddl", "")
 	if r.Spec.Instance != "counter-app" || r.Spec.OperationID != "op-1" || r.Spec.GrantGeneration != 1 ||
 		r.Spec.Caller != "system:serviceaccount:"+f.clientNS+":deploy" || r.Status.StartTime == nil {
 		t.Fatalf("run: %+v", r)
@@ -69,7 +72,7 @@ func TestAGrantedMigrationLeavesADeployRunWithItsReportedOutcome(t *testing.T) {
 		t.Fatalf("release: %d %s", rr.status, rr.raw)
 	}
 	r = f.run("op-1")
-	expectRun(t, r, v1.DeployRunSucceeded, "done", v1.LeaseReleased)
+	expectRun(t, r, bloodravenv1alpha1.DeployRunSucceeded, "done", bloodravenv1alpha1.LeaseReleased)
 	if r.Status.EndTime == nil || r.Status.EndTime.Before(r.Status.StartTime) {
 		t.Fatalf("end %v, start %v", r.Status.EndTime, r.Status.StartTime)
 	}
@@ -95,14 +98,14 @@ func TestAReleaseAfterAMoveRecordsTheLossAndBothGenerations(t *testing.T) {
 		t.Fatalf("release: %d %s", rr.status, rr.raw)
 	}
 	r := f.run("op-1")
-	expectRun(t, r, v1.DeployRunLostAfterDDL, "ddl", v1.LeaseRevoked)
+	expectRun(t, r, bloodravenv1alpha1.DeployRunLostAfterDDL, "ddl", bloodravenv1alpha1.LeaseRevoked)
 	if r.Status.RevocationReason != "topology_changed" || r.Spec.GrantGeneration != 1 || r.Status.RevokedAtGeneration != 2 {
 		t.Fatalf("run: reason %q, granted at %d, revoked at %d; want topology_changed, 1, 2",
 			r.Status.RevocationReason, r.Spec.GrantGeneration, r.Status.RevokedAtGeneration)
 	}
 	// A second report, or another token's, changes nothing.
 	f.do(http.MethodDelete, leasePath("migration", "op-1"), f.token, nil, "X-Lease-Token", g.str("token"), "X-Deploy-Outcome", "succeeded")
-	expectRun(t, f.run("op-1"), v1.DeployRunLostAfterDDL, "ddl", v1.LeaseRevoked)
+	expectRun(t, f.run("op-1"), bloodravenv1alpha1.DeployRunLostAfterDDL, "ddl", bloodravenv1alpha1.LeaseRevoked)
 }
 
 func TestAMutexTakenOverRecordsHowThePreviousRunEnded(t *testing.T) {
@@ -111,8 +114,8 @@ func TestAMutexTakenOverRecordsHowThePreviousRunEnded(t *testing.T) {
 	f.clock.Step(31 * time.Second) // op-1's mutex lapses; nobody marked it expired
 	f.grant("migration", "op-2", http.StatusCreated)
 	r := f.run("op-1")
-	expectRun(t, r, v1.DeployRunExpired, "pre-ddl", v1.LeaseExpired)
-	expectRun(t, f.run("op-2"), v1.DeployRunRunning, "pre-ddl", "")
+	expectRun(t, r, bloodravenv1alpha1.DeployRunExpired, "pre-ddl", bloodravenv1alpha1.LeaseExpired)
+	expectRun(t, f.run("op-2"), bloodravenv1alpha1.DeployRunRunning, "pre-ddl", "")
 }
 
 func TestABadOutcomeHeaderIsRefusedAndChangesNothing(t *testing.T) {
@@ -136,7 +139,7 @@ func TestABadOutcomeHeaderIsRefusedAndChangesNothing(t *testing.T) {
 			if !strings.Contains(r.str("message"), tc.want) {
 				t.Fatalf("message %q, want it to say %q", r.str("message"), tc.want)
 			}
-			expectRun(t, f.run("op-1"), v1.DeployRunRunning, "pre-ddl", "")
+			expectRun(t, f.run("op-1"), bloodravenv1alpha1.DeployRunRunning, "pre-ddl", "")
 		})
 	}
 	// Both leases are still live.
@@ -153,12 +156,12 @@ func TestAReportAfterAnotherOperationTookTheMutexGoesToTheRun(t *testing.T) {
 	// replaced.
 	f.clock.Step(leases.ConfirmWindow)
 	f.grant("migration", "op-2", http.StatusCreated)
-	expectRun(t, f.run("op-1"), v1.DeployRunRevoked, "pre-ddl", v1.LeaseRevoked)
+	expectRun(t, f.run("op-1"), bloodravenv1alpha1.DeployRunRevoked, "pre-ddl", bloodravenv1alpha1.LeaseRevoked)
 
 	// A token that is not op-1's reports nothing.
 	other := f.grant("failover-hold", "op-2", http.StatusCreated)
 	f.do(http.MethodDelete, leasePath("migration", "op-1"), f.token, nil, "X-Lease-Token", other.str("token"), "X-Deploy-Outcome", "succeeded")
-	expectRun(t, f.run("op-1"), v1.DeployRunRevoked, "pre-ddl", v1.LeaseRevoked)
+	expectRun(t, f.run("op-1"), bloodravenv1alpha1.DeployRunRevoked, "pre-ddl", bloodravenv1alpha1.LeaseRevoked)
 
 	// op-1's client, done with its fenced abort, reports it.
 	if rr := f.do(http.MethodDelete, leasePath("migration", "op-1"), f.token, nil, "X-Lease-Token", g.str("token"),
@@ -166,16 +169,16 @@ func TestAReportAfterAnotherOperationTookTheMutexGoesToTheRun(t *testing.T) {
 		t.Fatalf("release: %d %s", rr.status, rr.raw)
 	}
 	r := f.run("op-1")
-	expectRun(t, r, v1.DeployRunAbortFailed, "pre-ddl", v1.LeaseRevoked)
+	expectRun(t, r, bloodravenv1alpha1.DeployRunAbortFailed, "pre-ddl", bloodravenv1alpha1.LeaseRevoked)
 	if r.Status.RevokedAtGeneration != 2 {
 		t.Fatalf("revokedAtGeneration %d, want 2", r.Status.RevokedAtGeneration)
 	}
-	expectRun(t, f.run("op-2"), v1.DeployRunRunning, "pre-ddl", "")
+	expectRun(t, f.run("op-2"), bloodravenv1alpha1.DeployRunRunning, "pre-ddl", "")
 }
 
 func TestOneOperationMigratingTwoInstancesLeavesTwoRuns(t *testing.T) {
 	f := newFixture(t)
-	f.createDatabase(f.groupNS, "other-app", "playground", v1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
+	f.createDatabase(f.groupNS, "other-app", "playground", bloodravenv1alpha1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
 	g := f.grant("migration", "op-1", http.StatusCreated)
 	f.renewPhase("op-1", g.str("token"), "done")
 	f.do(http.MethodDelete, leasePath("migration", "op-1"), f.token, nil, "X-Lease-Token", g.str("token"), "X-Deploy-Outcome", "succeeded")
@@ -184,9 +187,9 @@ func TestOneOperationMigratingTwoInstancesLeavesTwoRuns(t *testing.T) {
 	if r := f.do(http.MethodPost, groupPath+"/leases", f.token, body); r.status != http.StatusCreated && r.status != http.StatusOK {
 		t.Fatalf("grant op-1 for other-app: %d %s", r.status, r.raw)
 	}
-	expectRun(t, f.run("op-1"), v1.DeployRunSucceeded, "done", v1.LeaseReleased)
+	expectRun(t, f.run("op-1"), bloodravenv1alpha1.DeployRunSucceeded, "done", bloodravenv1alpha1.LeaseReleased)
 	other := f.runFor("other-app", "op-1")
-	if other.Spec.Instance != "other-app" || other.Status.Outcome != v1.DeployRunRunning {
+	if other.Spec.Instance != "other-app" || other.Status.Outcome != bloodravenv1alpha1.DeployRunRunning {
 		t.Fatalf("other-app's run: %+v %+v", other.Spec, other.Status)
 	}
 }
@@ -203,11 +206,11 @@ func TestARerunOfAnOperationIDLeavesTheEarlierRunAlone(t *testing.T) {
 		t.Fatalf("release: %d %s", r.status, r.raw)
 	}
 	first := f.run("op-1")
-	expectRun(t, first, v1.DeployRunFailed, "pre-ddl", v1.LeaseReleased)
+	expectRun(t, first, bloodravenv1alpha1.DeployRunFailed, "pre-ddl", bloodravenv1alpha1.LeaseReleased)
 
 	f.clock.Step(time.Second)
 	again := f.grant("migration", "op-1", http.StatusCreated)
-	var got []v1.DeployRun
+	var got []bloodravenv1alpha1.DeployRun
 	for _, r := range f.runs() {
 		if r.Spec.OperationID == "op-1" {
 			got = append(got, r)
@@ -219,15 +222,15 @@ func TestARerunOfAnOperationIDLeavesTheEarlierRunAlone(t *testing.T) {
 	for _, r := range got {
 		switch r.Name {
 		case first.Name:
-			expectRun(t, &r, v1.DeployRunFailed, "pre-ddl", v1.LeaseReleased)
+			expectRun(t, &r, bloodravenv1alpha1.DeployRunFailed, "pre-ddl", bloodravenv1alpha1.LeaseReleased)
 		default:
-			expectRun(t, &r, v1.DeployRunRunning, "pre-ddl", "")
+			expectRun(t, &r, bloodravenv1alpha1.DeployRunRunning, "pre-ddl", "")
 		}
 	}
 	if r := f.do(http.MethodDelete, leasePath("migration", "op-1"), f.token, nil, "X-Lease-Token", again.str("token"), "X-Deploy-Outcome", "succeeded"); r.status != http.StatusNoContent {
 		t.Fatalf("release of the re-run: %d %s", r.status, r.raw)
 	}
-	expectRun(t, f.run("op-1"), v1.DeployRunSucceeded, "pre-ddl", v1.LeaseReleased)
+	expectRun(t, f.run("op-1"), bloodravenv1alpha1.DeployRunSucceeded, "pre-ddl", bloodravenv1alpha1.LeaseReleased)
 	if r := f.runFor("counter-app", "op-1"); r.Name == first.Name {
 		t.Fatal("the re-run's outcome went to the first run")
 	}

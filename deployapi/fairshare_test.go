@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -41,9 +41,9 @@ func (f *fixture) fairServer(limits FairShare, api client.Reader) *Server {
 func (f *fixture) addClient() string {
 	f.t.Helper()
 	ns := env.Namespace(f.t)
-	f.setClients(f.t, f.groupNS, "counter-app", []v1.DeploymentClient{
+	f.setClients(f.t, f.groupNS, "counter-app", []bloodravenv1alpha1.DeploymentClient{
 		{Namespace: f.clientNS, ServiceAccount: "deploy"}, {Namespace: ns, ServiceAccount: "deploy"}})
-	db := &v1.MysqlDatabase{}
+	db := &bloodravenv1alpha1.MysqlDatabase{}
 	if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.groupNS, Name: "counter-app"}, db); err != nil {
 		f.t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/scene"
 	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/leasestore"
@@ -51,11 +51,11 @@ func TestMain(m *testing.M) {
 			cancel()
 			return nil, err
 		}
-		if err := c.List(ctx, &v1.MysqlDatabaseList{}); err != nil {
+		if err := c.List(ctx, &bloodravenv1alpha1.MysqlDatabaseList{}); err != nil {
 			cancel()
 			return nil, err
 		}
-		if err := c.List(ctx, &v1.MysqlFailoverGroupList{}); err != nil {
+		if err := c.List(ctx, &bloodravenv1alpha1.MysqlFailoverGroupList{}); err != nil {
 			cancel()
 			return nil, err
 		}
@@ -84,7 +84,7 @@ type fixture struct {
 	ctx      context.Context
 	groupNS  string // namespace of group and database
 	clientNS string // namespace of the deploy ServiceAccount
-	group    *v1.MysqlFailoverGroup
+	group    *bloodravenv1alpha1.MysqlFailoverGroup
 	token    string // bearer token of clientNS/deploy, audience bloodraven-deploy
 	clock    *clocktesting.FakeClock
 	leader   atomic.Bool
@@ -107,7 +107,7 @@ func newFixture(t testing.TB) *fixture {
 	f.groupNS = env.Namespace(t)
 	f.clientNS = env.Namespace(t)
 	f.group = f.createGroup(f.groupNS, "playground", 1)
-	f.createDatabase(f.groupNS, "counter-app", "playground", v1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
+	f.createDatabase(f.groupNS, "counter-app", "playground", bloodravenv1alpha1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
 	f.token = f.serviceAccountToken(f.clientNS, "deploy", "bloodraven-deploy")
 	f.leader.Store(true)
 	f.srv = f.newServer()
@@ -145,14 +145,14 @@ func (f *fixture) newServer() *Server {
 // its own tests (fairshare_test.go).
 var roomyShare = FairShare{Rate: 1e6, Burst: 1e6, InFlight: 1e4, HeldGets: 1e4}
 
-func (f *fixture) createGroup(ns, name string, generation int64) *v1.MysqlFailoverGroup {
+func (f *fixture) createGroup(ns, name string, generation int64) *bloodravenv1alpha1.MysqlFailoverGroup {
 	f.t.Helper()
 	g := scene.Group(ns, name)
 	if err := env.Client.Create(f.ctx, g); err != nil {
 		f.t.Fatal(err)
 	}
-	g.Status = v1.MysqlFailoverGroupStatus{ActiveSite: "iad", TopologyGeneration: generation,
-		Health: v1.Health{Ready: true, ReplicationRunning: true, ReplicationLagSeconds: 0.4}}
+	g.Status = bloodravenv1alpha1.MysqlFailoverGroupStatus{ActiveSite: "iad", TopologyGeneration: generation,
+		Health: bloodravenv1alpha1.Health{Ready: true, ReplicationRunning: true, ReplicationLagSeconds: 0.4}}
 	if err := env.Client.Status().Update(f.ctx, g); err != nil {
 		f.t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ var testRecordKey = func() *leasestore.RecordKey {
 	return k
 }()
 
-func (f *fixture) createDatabase(ns, name, group string, clients ...v1.DeploymentClient) {
+func (f *fixture) createDatabase(ns, name, group string, clients ...bloodravenv1alpha1.DeploymentClient) {
 	f.t.Helper()
 	db := scene.Database(ns, name, group, clients...)
 	if err := env.Client.Create(f.ctx, db); err != nil {
@@ -189,7 +189,10 @@ func revision(rv string) uint64 {
 
 // waitDatabaseCached waits until the cache that proposes authorization
 // candidates holds db at its stored resourceVersion (or a later one).
-func waitDatabaseCached(t testing.TB, db *v1.MysqlDatabase) { t.Helper(); waitObjectCached(t, db) }
+func waitDatabaseCached(t testing.TB, db *bloodravenv1alpha1.MysqlDatabase) {
+	t.Helper()
+	waitObjectCached(t, db)
+}
 
 // waitObjectCached waits until the test cache (leases, databases, groups) holds
 // want at its resourceVersion or a later one.
@@ -219,9 +222,9 @@ func (f *fixture) serviceAccountToken(ns, name, audience string) string {
 }
 
 // setStatus changes the group's status as the operator would.
-func (f *fixture) setStatus(mutate func(*v1.MysqlFailoverGroupStatus)) {
+func (f *fixture) setStatus(mutate func(*bloodravenv1alpha1.MysqlFailoverGroupStatus)) {
 	f.t.Helper()
-	g := &v1.MysqlFailoverGroup{}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	if err := env.Client.Get(f.ctx, client.ObjectKeyFromObject(f.group), g); err != nil {
 		f.t.Fatal(err)
 	}

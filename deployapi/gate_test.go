@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/policy"
 )
 
@@ -28,9 +28,9 @@ func (f *fixture) release(op, token string) {
 	}
 }
 
-func (f *fixture) database(name string) *v1.MysqlDatabase {
+func (f *fixture) database(name string) *bloodravenv1alpha1.MysqlDatabase {
 	f.t.Helper()
-	db := &v1.MysqlDatabase{}
+	db := &bloodravenv1alpha1.MysqlDatabase{}
 	if err := env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.groupNS, Name: name}, db); err != nil {
 		f.t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestAReGrantOfAnOperationInItsDDLIsRefused(t *testing.T) {
 
 func TestAnotherInstanceTakesTheMutexOnlyOnceTheGateIsRecorded(t *testing.T) {
 	f := newFixture(t)
-	f.createDatabase(f.groupNS, "other-app", "playground", v1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
+	f.createDatabase(f.groupNS, "other-app", "playground", bloodravenv1alpha1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
 	g := f.grant("migration", "op-1", http.StatusCreated)
 	f.renewPhase("op-1", g.str("token"), "ddl")
 	f.release("op-1", g.str("token"))

@@ -9,7 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployclient/wire"
 	"github.com/shipstream/bloodraven/deployrun"
 	"github.com/shipstream/bloodraven/gate"
@@ -36,7 +36,7 @@ func bodyOf(rec *leases.Record, namespace string) wire.Lease {
 // resourceVersion; a refusal is confirmed on fresh reads first: the leases,
 // then the group. The tombstone is always read fresh: tombstones are not
 // cached.
-func (s *Server) grant(r *http.Request, c *call, g *v1.MysqlFailoverGroup) result {
+func (s *Server) grant(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFailoverGroup) result {
 	ctx := r.Context()
 	if !g.DeletionTimestamp.IsZero() {
 		return fail(errForbidden) // a group being deleted takes no grant: as if it were gone
@@ -136,7 +136,7 @@ func (s *Server) grant(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 }
 
 // writeGrant stores a new record with a fresh token over target (nil: create).
-func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGroup, name string, target *leasestore.Object,
+func (s *Server) writeGrant(ctx context.Context, c *call, g *bloodravenv1alpha1.MysqlFailoverGroup, name string, target *leasestore.Object,
 	outcome policy.LeaseOutcome, now time.Time) (result, error) {
 	token, err := leases.NewToken()
 	if err != nil {
@@ -209,9 +209,9 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *v1.MysqlFailoverGro
 // A grant that answers 201 (or 200) was therefore, at one instant after its
 // write, at the group's current generation and, for a hold, unopposed by a
 // planned operation.
-func (s *Server) confirmGrant(ctx context.Context, g *v1.MysqlFailoverGroup, written *leasestore.Object, prev *leases.Record, regrant bool) error {
+func (s *Server) confirmGrant(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, written *leasestore.Object, prev *leases.Record, regrant bool) error {
 	rec := written.Record
-	fresh := &v1.MysqlFailoverGroup{}
+	fresh := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	if err := s.api.Get(ctx, client.ObjectKeyFromObject(g), fresh); err != nil {
 		return fmt.Errorf("re-read group after grant: %w", err)
 	}
@@ -241,7 +241,7 @@ func (s *Server) confirmGrant(ctx context.Context, g *v1.MysqlFailoverGroup, wri
 // (deployrun.SyncFresh). A failure is logged and fails nothing:
 // the run is history, not authority, and the group controller's bookkeeping
 // writes it on its next pass from the same record.
-func (s *Server) syncRun(ctx context.Context, g *v1.MysqlFailoverGroup, rec *leases.Record) {
+func (s *Server) syncRun(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, rec *leases.Record) {
 	if rec != nil {
 		s.logRunError(deployrun.SyncFresh(ctx, s.api, s.leases.Client, g, rec, s.clock.Now()), g, rec)
 	}
@@ -249,7 +249,7 @@ func (s *Server) syncRun(ctx context.Context, g *v1.MysqlFailoverGroup, rec *lea
 
 // startRun writes the run of a confirmed grant: created without a read
 // first when the grant began a tenure (deployrun.Begin), synced otherwise.
-func (s *Server) startRun(ctx context.Context, g *v1.MysqlFailoverGroup, rec *leases.Record, tenure bool) {
+func (s *Server) startRun(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, rec *leases.Record, tenure bool) {
 	if !tenure {
 		s.syncRun(ctx, g, rec)
 		return
@@ -257,7 +257,7 @@ func (s *Server) startRun(ctx context.Context, g *v1.MysqlFailoverGroup, rec *le
 	s.logRunError(deployrun.Begin(ctx, s.api, s.leases.Client, g, rec, s.clock.Now()), g, rec)
 }
 
-func (s *Server) logRunError(err error, g *v1.MysqlFailoverGroup, rec *leases.Record) {
+func (s *Server) logRunError(err error, g *bloodravenv1alpha1.MysqlFailoverGroup, rec *leases.Record) {
 	if err != nil {
 		s.log.Error(err, "DeployRun not written; the group controller writes it from the lease record",
 			"group", g.Name, "namespace", g.Namespace, "operationId", rec.OperationID)

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployclient/wire"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/policy"
@@ -15,7 +15,7 @@ import (
 // getGroup answers the group's status and its live leases. It is an
 // observation: it answers 200 during a transition (stable=false) and
 // grants nothing.
-func (s *Server) getGroup(r *http.Request, _ *call, g *v1.MysqlFailoverGroup) result {
+func (s *Server) getGroup(r *http.Request, _ *call, g *bloodravenv1alpha1.MysqlFailoverGroup) result {
 	recs, err := s.leases.List(r.Context(), g.Namespace, g.Name, false)
 	if err != nil {
 		return fail(err)

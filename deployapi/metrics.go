@@ -10,7 +10,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 )
@@ -96,7 +96,7 @@ func (a *activeLeases) Collect(ch chan<- prometheus.Metric) {
 	counts := map[key]int{}
 	uids := map[groupKey]string{}
 	if a.groups != nil {
-		var gl v1.MysqlFailoverGroupList
+		var gl bloodravenv1alpha1.MysqlFailoverGroupList
 		if err := a.groups.List(ctx, &gl); err == nil {
 			for _, g := range gl.Items {
 				uids[groupKey{g.Namespace, g.Name}] = string(g.UID)

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -20,7 +20,7 @@ import (
 func (f *fixture) move(to int64) time.Time {
 	f.t.Helper()
 	at := f.clock.Now()
-	f.setStatus(func(s *v1.MysqlFailoverGroupStatus) {
+	f.setStatus(func(s *bloodravenv1alpha1.MysqlFailoverGroupStatus) {
 		s.TopologyGeneration = to
 		mt := metav1.NewMicroTime(at)
 		s.TopologyGenerationTime = &mt
@@ -96,12 +96,12 @@ func TestALeaseThatEndedBeforeTheMoveIsNotRevoked(t *testing.T) {
 // while the topology moved and another operation took the mutex.
 type staleReader struct {
 	client.Reader
-	stale *v1.MysqlFailoverGroup
+	stale *bloodravenv1alpha1.MysqlFailoverGroup
 	armed *atomic.Bool
 }
 
 func (r staleReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if g, isGroup := obj.(*v1.MysqlFailoverGroup); isGroup && r.armed.CompareAndSwap(true, false) {
+	if g, isGroup := obj.(*bloodravenv1alpha1.MysqlFailoverGroup); isGroup && r.armed.CompareAndSwap(true, false) {
 		r.stale.DeepCopyInto(g)
 		return nil
 	}
@@ -142,12 +142,12 @@ func TestAStaleViewNeverRevokesALeaseAtTheCurrentGeneration(t *testing.T) {
 // revokes and the annotation's removal. At b60db83 the grant was 201.
 func TestGrantsWaitWhileTheRevokeAnnotationStands(t *testing.T) {
 	f := newFixture(t)
-	g := &v1.MysqlFailoverGroup{}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	if err := env.Client.Get(f.ctx, client.ObjectKeyFromObject(f.group), g); err != nil {
 		t.Fatal(err)
 	}
 	patch := client.MergeFrom(g.DeepCopy())
-	g.Annotations = map[string]string{v1.RevokeDeploymentLeasesAnnotation: "true"}
+	g.Annotations = map[string]string{bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation: "true"}
 	if err := env.Client.Patch(f.ctx, g, patch); err != nil {
 		t.Fatal(err)
 	}
@@ -170,13 +170,13 @@ func TestAWithdrawnRegrantPutsBackTheLeaseItReplaced(t *testing.T) {
 	first := f.grantTTL("migration", "op-a", 120, http.StatusCreated)
 	var armed atomic.Bool
 	reader := movingReader{Reader: env.Client, armed: &armed, move: func() {
-		g := &v1.MysqlFailoverGroup{}
+		g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 		if err := env.Client.Get(f.ctx, client.ObjectKeyFromObject(f.group), g); err != nil {
 			t.Error(err)
 			return
 		}
 		patch := client.MergeFrom(g.DeepCopy())
-		g.Annotations = map[string]string{v1.RevokeDeploymentLeasesAnnotation: "true"}
+		g.Annotations = map[string]string{bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation: "true"}
 		if err := env.Client.Patch(f.ctx, g, patch); err != nil {
 			t.Error(err)
 		}

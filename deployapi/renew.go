@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployrun"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
@@ -19,7 +19,7 @@ import (
 // a steady renewal costs the authorization GET, the group GET (the fence)
 // and one Lease PUT. Every refusal but the fence's and 423 is confirmed on
 // fresh reads first.
-func (s *Server) renew(r *http.Request, c *call, g *v1.MysqlFailoverGroup) result {
+func (s *Server) renew(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFailoverGroup) result {
 	ctx := r.Context()
 	if !g.DeletionTimestamp.IsZero() {
 		return fail(errNotFound) // the group's leases end with it
@@ -81,7 +81,7 @@ func (s *Server) renew(r *http.Request, c *call, g *v1.MysqlFailoverGroup) resul
 // renew, since a release of the mutex also rewrites the hold, so a write
 // decided on it conflicts), and, on a fresh read of an absent record, the
 // operation's tombstone (tombstones are not cached).
-func (s *Server) leaseRecords(ctx context.Context, c *call, g *v1.MysqlFailoverGroup, fresh bool) (obj *leasestore.Object, own, mig, tomb *leases.Record, err error) {
+func (s *Server) leaseRecords(ctx context.Context, c *call, g *bloodravenv1alpha1.MysqlFailoverGroup, fresh bool) (obj *leasestore.Object, own, mig, tomb *leases.Record, err error) {
 	obj, own, err = s.leases.GetOwn(ctx, g, c.kind, c.operationID, fresh)
 	if err != nil {
 		return nil, nil, nil, nil, err
@@ -104,7 +104,7 @@ func (s *Server) leaseRecords(ctx context.Context, c *call, g *v1.MysqlFailoverG
 // release ends a live lease whose token matches; anything not live is
 // already released (204). Releasing the mutex releases the operation's hold
 // first.
-func (s *Server) release(r *http.Request, c *call, g *v1.MysqlFailoverGroup) result {
+func (s *Server) release(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFailoverGroup) result {
 	ctx := r.Context()
 	res := result{status: http.StatusNoContent}
 	// ended is the migration record this release or its revocation wrote;
@@ -195,7 +195,7 @@ func (s *Server) release(r *http.Request, c *call, g *v1.MysqlFailoverGroup) res
 // when its record is gone and its tombstone holds the hash of c's token.
 // Records that were released or expired before being replaced leave no
 // tombstone: their report is not recorded (docs/api.md says so).
-func (s *Server) reportAfterReplacement(ctx context.Context, g *v1.MysqlFailoverGroup, c *call) {
+func (s *Server) reportAfterReplacement(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, c *call) {
 	tomb, err := s.leases.Tombstone(ctx, g, c.operationID)
 	if err == nil && (tomb == nil || !tomb.BelongsTo(string(g.UID)) || !tomb.RevokedToken(c.token)) {
 		return
@@ -210,7 +210,7 @@ func (s *Server) reportAfterReplacement(ctx context.Context, g *v1.MysqlFailover
 }
 
 // releaseHold releases operation's failover-hold, if it is active.
-func (s *Server) releaseHold(r *http.Request, g *v1.MysqlFailoverGroup, op string) error {
+func (s *Server) releaseHold(r *http.Request, g *bloodravenv1alpha1.MysqlFailoverGroup, op string) error {
 	_, err := s.leases.Transition(r.Context(), g, leases.KindFailoverHold, op, func(cur *leases.Record) (leases.Record, bool) {
 		if cur.State != leases.StateActive {
 			return leases.Record{}, false

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 )
@@ -100,7 +100,7 @@ func TestStaleRevocationRechecksTheFreshRecord(t *testing.T) {
 	if r := f.do(http.MethodDelete, leasePath("migration", "op-a"), f.token, nil, "X-Lease-Token", first); r.status != http.StatusNoContent {
 		t.Fatal(r.raw)
 	}
-	f.setStatus(func(s *v1.MysqlFailoverGroupStatus) { s.TopologyGeneration = 2; s.ActiveSite = "pdx" })
+	f.setStatus(func(s *bloodravenv1alpha1.MysqlFailoverGroupStatus) { s.TopologyGeneration = 2; s.ActiveSite = "pdx" })
 	current := f.grantTTL("migration", "op-a", 120, http.StatusCreated) // op-a again, at generation 2
 	if current.num("topologyGeneration") != 2 {
 		t.Fatalf("re-grant at %v", current.num("topologyGeneration"))
@@ -152,7 +152,7 @@ func TestLeasesAreBoundToTheirGroupsIdentity(t *testing.T) {
 	t.Run("no grant while the group is being deleted", func(t *testing.T) {
 		f := newFixture(t)
 		mig := f.grantTTL("migration", "op-a", 120, http.StatusCreated).str("token")
-		g := &v1.MysqlFailoverGroup{}
+		g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 		if err := env.Client.Get(f.ctx, client.ObjectKeyFromObject(f.group), g); err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +185,7 @@ type movingReader struct {
 
 func (r movingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	err := r.Reader.Get(ctx, key, obj, opts...)
-	if _, isGroup := obj.(*v1.MysqlFailoverGroup); isGroup && err == nil && r.armed.CompareAndSwap(true, false) {
+	if _, isGroup := obj.(*bloodravenv1alpha1.MysqlFailoverGroup); isGroup && err == nil && r.armed.CompareAndSwap(true, false) {
 		r.move()
 	}
 	return err
@@ -230,7 +230,7 @@ func TestAGrantOvertakenByAMoveIsWithdrawn(t *testing.T) {
 			reader := movingReader{Reader: env.Client, armed: &armed, move: func() {
 				// The whole planned failover, as the controller persists it:
 				// generation bumped, transition and reservation gone.
-				f.setStatus(func(s *v1.MysqlFailoverGroupStatus) { s.TopologyGeneration = 2; s.ActiveSite = "pdx" })
+				f.setStatus(func(s *bloodravenv1alpha1.MysqlFailoverGroupStatus) { s.TopologyGeneration = 2; s.ActiveSite = "pdx" })
 			}}
 			srv := f.newServer()
 			srv.api = reader
@@ -277,7 +277,7 @@ func TestAGrantDoesNotNameAWithdrawnGrantTheHolder(t *testing.T) {
 	f := newFixture(t)
 	var armed atomic.Bool
 	reader := movingReader{Reader: env.Client, armed: &armed, move: func() {
-		f.setStatus(func(s *v1.MysqlFailoverGroupStatus) { s.TopologyGeneration = 2; s.ActiveSite = "pdx" })
+		f.setStatus(func(s *bloodravenv1alpha1.MysqlFailoverGroupStatus) { s.TopologyGeneration = 2; s.ActiveSite = "pdx" })
 		// op-a's grant read the group before the move and its write lands
 		// now, after it: a record at generation 1, never renewed.
 		now := f.clock.Now()

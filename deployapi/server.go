@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployclient/wire"
 	"github.com/shipstream/bloodraven/leasestore"
 )
@@ -207,7 +207,7 @@ func (s *Server) wrap(rt route) httprouter.Handle {
 }
 
 // serve runs the checks and the action. g is the group once authorized.
-func (s *Server) serve(hr *http.Request, ps httprouter.Params, rt route, c *call) (g *v1.MysqlFailoverGroup, res result) {
+func (s *Server) serve(hr *http.Request, ps httprouter.Params, rt route, c *call) (g *bloodravenv1alpha1.MysqlFailoverGroup, res result) {
 	defer func() {
 		if v := recover(); v != nil {
 			res = fail(&apiError{status: http.StatusInternalServerError, code: codeInternal, cause: fmt.Errorf("panic: %v", v)})
@@ -249,7 +249,7 @@ func (s *Server) serve(hr *http.Request, ps httprouter.Params, rt route, c *call
 // namespace labels are empty unless the caller was authorized for the group,
 // so neither an arbitrary path nor an arbitrary ?namespace= can create
 // metric series.
-func (s *Server) record(c *call, g *v1.MysqlFailoverGroup, res result, d time.Duration, ae *apiError) {
+func (s *Server) record(c *call, g *bloodravenv1alpha1.MysqlFailoverGroup, res result, d time.Duration, ae *apiError) {
 	group, namespace := "", ""
 	if g != nil {
 		group, namespace = g.Name, g.Namespace

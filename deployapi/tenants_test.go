@@ -13,7 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 )
@@ -33,7 +33,7 @@ func withNamespace(path, ns string) string {
 func TestADatabaseWhoseNamespaceLacksTheGroupChangesNothing(t *testing.T) {
 	f := newFixture(t)
 	evil := env.Namespace(t)
-	f.createDatabase(evil, "counter-app", "playground", v1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
+	f.createDatabase(evil, "counter-app", "playground", bloodravenv1alpha1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
 
 	if r := f.do(http.MethodGet, groupPath, f.token, nil); r.status != http.StatusOK || r.str("namespace") != f.groupNS {
 		t.Fatalf("GET group: %d %s", r.status, r.raw)
@@ -63,7 +63,7 @@ func TestTheNamespaceParameterSettlesARealAmbiguity(t *testing.T) {
 	f := newFixture(t)
 	other := env.Namespace(t)
 	f.createGroup(other, "playground", 7)
-	f.createDatabase(other, "counter-app", "playground", v1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
+	f.createDatabase(other, "counter-app", "playground", bloodravenv1alpha1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
 	nowhere := env.Namespace(t)
 
 	expectError(t, f.do(http.MethodGet, groupPath, f.token, nil), http.StatusForbidden, "forbidden")
@@ -102,7 +102,7 @@ func TestLeaseRoutesAreSettledByTheLease(t *testing.T) {
 
 	other := env.Namespace(t)
 	f.createGroup(other, "playground", 1)
-	f.createDatabase(other, "counter-app", "playground", v1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
+	f.createDatabase(other, "counter-app", "playground", bloodravenv1alpha1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
 	expectError(t, f.do(http.MethodGet, groupPath, f.token, nil), http.StatusForbidden, "forbidden") // the ambiguity is real
 
 	for kind, tok := range map[string]string{"migration": g.str("token"), "failover-hold": h.str("token")} {
@@ -129,7 +129,7 @@ func TestLeaseRoutesAreSettledByTheLease(t *testing.T) {
 // the group still lists it. (At b60db83 any database of the group did.)
 func TestLeaseRoutesAreAuthorizedAgainstTheLeasesOwnInstance(t *testing.T) {
 	f := newFixture(t)
-	f.createDatabase(f.groupNS, "billing-app", "playground", v1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
+	f.createDatabase(f.groupNS, "billing-app", "playground", bloodravenv1alpha1.DeploymentClient{Namespace: f.clientNS, ServiceAccount: "deploy"})
 	g := f.grant("migration", "op-1", http.StatusCreated)
 	f.setClients(t, f.groupNS, "counter-app", nil)
 

@@ -10,7 +10,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
@@ -70,7 +70,7 @@ func preferWait(values []string) time.Duration {
 // lease as it stands), when this replica stops leading (503), when the
 // process begins to stop (Drain: 200, the lease as it stands), or when the
 // caller goes away. It never writes.
-func (s *Server) watch(r *http.Request, c *call, g *v1.MysqlFailoverGroup) result {
+func (s *Server) watch(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFailoverGroup) result {
 	ctx := r.Context()
 	res := s.leaseAnswer(ctx, c, g)
 	if res.status != http.StatusOK || c.wait <= 0 {
@@ -139,8 +139,8 @@ type watchMark struct{ group, lease, migration string }
 // is still the caller's (true), and what it decided on. It reads nothing
 // from the API server. A cache that cannot be read counts as a change, to
 // be confirmed.
-func (s *Server) cachedLeaseState(ctx context.Context, c *call, g *v1.MysqlFailoverGroup) (bool, watchMark) {
-	cg := &v1.MysqlFailoverGroup{}
+func (s *Server) cachedLeaseState(ctx context.Context, c *call, g *bloodravenv1alpha1.MysqlFailoverGroup) (bool, watchMark) {
+	cg := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	if err := s.groupCache().Get(ctx, client.ObjectKeyFromObject(g), cg); err != nil || cg.UID != g.UID {
 		return false, watchMark{}
 	}
@@ -189,7 +189,7 @@ func stillHeld(o policy.LeaseOutcome) bool {
 // leaseAnswer is the lease's state as the contract answers it, decided on
 // the cached lease and confirmed on fresh reads before any answer but 200.
 // g is the request's fresh view of the group.
-func (s *Server) leaseAnswer(ctx context.Context, c *call, g *v1.MysqlFailoverGroup) result {
+func (s *Server) leaseAnswer(ctx context.Context, c *call, g *bloodravenv1alpha1.MysqlFailoverGroup) result {
 	var res result
 	err := leasestore.Optimistic(func(fresh bool) error {
 		_, own, mig, tomb, err := s.leaseRecords(ctx, c, g, fresh)

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/scene"
 	"github.com/shipstream/bloodraven/leases"
 )
@@ -90,7 +90,7 @@ func TestHeldLeaseGetAnswersWithinASecondOfTheEnd(t *testing.T) {
 	}{
 		{name: "new generation", kind: "migration", status: http.StatusConflict, code: "revoked", wantReason: "topology_changed",
 			end: func(f *fixture, _ string) {
-				f.setStatus(func(s *v1.MysqlFailoverGroupStatus) { s.TopologyGeneration++ })
+				f.setStatus(func(s *bloodravenv1alpha1.MysqlFailoverGroupStatus) { s.TopologyGeneration++ })
 			}},
 		{name: "revocation", kind: "migration", status: http.StatusConflict, code: "revoked", wantReason: "operator_revoked",
 			end: func(f *fixture, _ string) {
@@ -120,7 +120,7 @@ func TestHeldLeaseGetAnswersWithinASecondOfTheEnd(t *testing.T) {
 			}},
 		{name: "hold: its mutex revoked", kind: "failover-hold", status: http.StatusConflict, code: "revoked", wantReason: "topology_changed",
 			end: func(f *fixture, _ string) {
-				f.setStatus(func(s *v1.MysqlFailoverGroupStatus) { s.TopologyGeneration++ })
+				f.setStatus(func(s *bloodravenv1alpha1.MysqlFailoverGroupStatus) { s.TopologyGeneration++ })
 			}},
 	}
 	for _, tc := range cases {
@@ -257,7 +257,7 @@ func TestHeldLeaseGetCostsTheAPIServerNothingWhileItWaits(t *testing.T) {
 		}
 	}
 	t.Logf("API-server requests while held for 3 s: 0 (client side); apiserver_request_total delta 0 for groups, databases, tokenreviews")
-	f.setStatus(func(st *v1.MysqlFailoverGroupStatus) { st.TopologyGeneration++ })
+	f.setStatus(func(st *bloodravenv1alpha1.MysqlFailoverGroupStatus) { st.TopologyGeneration++ })
 	select {
 	case r := <-answered:
 		expectError(t, r, http.StatusConflict, "revoked")

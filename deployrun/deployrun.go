@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
@@ -35,7 +35,7 @@ const (
 // history of its own, even where no garbage collector removed the old one).
 // A zero tenure (a record from before tenures were recorded) names the run
 // as releases before 0.3 did.
-func Name(g *v1.MysqlFailoverGroup, instance, operationID string, tenure time.Time) string {
+func Name(g *bloodravenv1alpha1.MysqlFailoverGroup, instance, operationID string, tenure time.Time) string {
 	key := string(g.UID) + "/" + instance + "/" + operationID
 	if !tenure.IsZero() {
 		key += "/" + strconv.FormatInt(tenure.UnixMicro(), 10)
@@ -60,11 +60,11 @@ func IsRace(err error) bool { return leasestore.Retryable(err) }
 // incarnation). read is the reader the decision is made on (the cache or
 // the API server); a write that lost a race returns an error for which
 // IsRace holds.
-func Sync(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlFailoverGroup, rec *leases.Record, now time.Time, create bool) error {
+func Sync(ctx context.Context, read client.Reader, w client.Client, g *bloodravenv1alpha1.MysqlFailoverGroup, rec *leases.Record, now time.Time, create bool) error {
 	if !runsOf(g, rec) {
 		return nil
 	}
-	run := &v1.DeployRun{}
+	run := &bloodravenv1alpha1.DeployRun{}
 	err := read.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: Name(g, rec.Instance, rec.OperationID, rec.TenureStart())}, run)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -86,7 +86,7 @@ func Sync(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlF
 // SyncFresh is Sync on fresh reads (read must be uncached), deciding again
 // after a lost race (leasestore.Optimistic): for a record whose end nobody
 // can read once it is replaced.
-func SyncFresh(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlFailoverGroup, rec *leases.Record, now time.Time) error {
+func SyncFresh(ctx context.Context, read client.Reader, w client.Client, g *bloodravenv1alpha1.MysqlFailoverGroup, rec *leases.Record, now time.Time) error {
 	return leasestore.Optimistic(func(bool) error { return Sync(ctx, read, w, g, rec, now, true) })
 }
 
@@ -94,7 +94,7 @@ func SyncFresh(ctx context.Context, read client.Reader, w client.Client, g *v1.M
 // take-over): it creates the run without reading first, since such a run
 // is almost always new, and falls back to SyncFresh when it exists (the
 // same operation taking the mutex again).
-func Begin(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlFailoverGroup, rec *leases.Record, now time.Time) error {
+func Begin(ctx context.Context, read client.Reader, w client.Client, g *bloodravenv1alpha1.MysqlFailoverGroup, rec *leases.Record, now time.Time) error {
 	if !runsOf(g, rec) {
 		return nil
 	}
@@ -114,10 +114,10 @@ func Begin(ctx context.Context, read client.Reader, w client.Client, g *v1.Mysql
 // Report records outcome, reported by the client of instance's operation
 // after its record was replaced, on its ended run that carries no report
 // yet (policy.RunReported). It reads from read, which must be uncached.
-func Report(ctx context.Context, read client.Reader, w client.Client, g *v1.MysqlFailoverGroup, instance, operationID string,
+func Report(ctx context.Context, read client.Reader, w client.Client, g *bloodravenv1alpha1.MysqlFailoverGroup, instance, operationID string,
 	tenure time.Time, outcome leases.Outcome) error {
 	return leasestore.Optimistic(func(bool) error {
-		run := &v1.DeployRun{}
+		run := &bloodravenv1alpha1.DeployRun{}
 		if err := read.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: Name(g, instance, operationID, tenure)}, run); err != nil {
 			return client.IgnoreNotFound(err)
 		}
@@ -132,7 +132,7 @@ func Report(ctx context.Context, read client.Reader, w client.Client, g *v1.Mysq
 // Lost records each of runs displaced by current, the group's migration
 // record (policy.RunDisplaced), as ended in an unknown way
 // (policy.RunLost).
-func Lost(ctx context.Context, w client.Client, runs []v1.DeployRun, current *leases.Record) error {
+func Lost(ctx context.Context, w client.Client, runs []bloodravenv1alpha1.DeployRun, current *leases.Record) error {
 	for i := range runs {
 		r := &runs[i]
 		if !policy.RunDisplaced(r.Spec.OperationID, r.Status, current) {
@@ -147,9 +147,9 @@ func Lost(ctx context.Context, w client.Client, runs []v1.DeployRun, current *le
 
 // Prune deletes the runs policy.RunsToPrune names for g's history, each
 // with the resourceVersion it was read at.
-func Prune(ctx context.Context, w client.Client, g *v1.MysqlFailoverGroup, runs []v1.DeployRun) error {
+func Prune(ctx context.Context, w client.Client, g *bloodravenv1alpha1.MysqlFailoverGroup, runs []bloodravenv1alpha1.DeployRun) error {
 	views := make([]policy.RunView, 0, len(runs))
-	byName := map[string]*v1.DeployRun{}
+	byName := map[string]*bloodravenv1alpha1.DeployRun{}
 	for i := range runs {
 		r := &runs[i]
 		var start time.Time
@@ -159,7 +159,7 @@ func Prune(ctx context.Context, w client.Client, g *v1.MysqlFailoverGroup, runs 
 			start = r.CreationTimestamp.Time
 		}
 		views = append(views, policy.RunView{Name: r.Name, Instance: r.Spec.Instance, Start: start,
-			Running: r.Status.Outcome == v1.DeployRunRunning || r.Status.Outcome == ""})
+			Running: r.Status.Outcome == bloodravenv1alpha1.DeployRunRunning || r.Status.Outcome == ""})
 		byName[r.Name] = r
 	}
 	for _, name := range policy.RunsToPrune(views, History(g)) {
@@ -173,7 +173,7 @@ func Prune(ctx context.Context, w client.Client, g *v1.MysqlFailoverGroup, runs 
 }
 
 // History is how many runs g keeps per instance.
-func History(g *v1.MysqlFailoverGroup) int {
+func History(g *bloodravenv1alpha1.MysqlFailoverGroup) int {
 	if g.Spec.DeployRunHistory > 0 {
 		return int(g.Spec.DeployRunHistory)
 	}
@@ -181,8 +181,8 @@ func History(g *v1.MysqlFailoverGroup) int {
 }
 
 // List returns g's DeployRuns (of this incarnation) as read reads them.
-func List(ctx context.Context, read client.Reader, g *v1.MysqlFailoverGroup) ([]v1.DeployRun, error) {
-	list := &v1.DeployRunList{}
+func List(ctx context.Context, read client.Reader, g *bloodravenv1alpha1.MysqlFailoverGroup) ([]bloodravenv1alpha1.DeployRun, error) {
+	list := &bloodravenv1alpha1.DeployRunList{}
 	if err := read.List(ctx, list, client.InNamespace(g.Namespace),
 		client.MatchingLabels{LabelGroup: leases.LabelValue(g.Name)}); err != nil {
 		return nil, fmt.Errorf("list DeployRuns of %s/%s: %w", g.Namespace, g.Name, err)
@@ -196,7 +196,7 @@ func List(ctx context.Context, read client.Reader, g *v1.MysqlFailoverGroup) ([]
 	return out, nil
 }
 
-func ownedBy(r *v1.DeployRun, g *v1.MysqlFailoverGroup) bool {
+func ownedBy(r *bloodravenv1alpha1.DeployRun, g *bloodravenv1alpha1.MysqlFailoverGroup) bool {
 	for _, o := range r.OwnerReferences {
 		if o.UID == g.UID {
 			return true
@@ -205,8 +205,8 @@ func ownedBy(r *v1.DeployRun, g *v1.MysqlFailoverGroup) bool {
 	return false
 }
 
-func createRun(ctx context.Context, w client.Client, g *v1.MysqlFailoverGroup, rec *leases.Record) (*v1.DeployRun, error) {
-	run := &v1.DeployRun{
+func createRun(ctx context.Context, w client.Client, g *bloodravenv1alpha1.MysqlFailoverGroup, rec *leases.Record) (*bloodravenv1alpha1.DeployRun, error) {
+	run := &bloodravenv1alpha1.DeployRun{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: g.Namespace, Name: Name(g, rec.Instance, rec.OperationID, rec.TenureStart()),
 			Labels: map[string]string{
@@ -216,7 +216,7 @@ func createRun(ctx context.Context, w client.Client, g *v1.MysqlFailoverGroup, r
 			},
 			OwnerReferences: []metav1.OwnerReference{leasestore.GroupOwner(g)},
 		},
-		Spec: v1.DeployRunSpec{GroupRef: v1.GroupReference{Name: g.Name}, Instance: rec.Instance,
+		Spec: bloodravenv1alpha1.DeployRunSpec{GroupRef: bloodravenv1alpha1.GroupReference{Name: g.Name}, Instance: rec.Instance,
 			OperationID: rec.OperationID, Caller: rec.Identity, GrantGeneration: rec.Generation},
 	}
 	if err := w.Create(ctx, run); err != nil {
@@ -228,7 +228,7 @@ func createRun(ctx context.Context, w client.Client, g *v1.MysqlFailoverGroup, r
 // writeStatus writes next as run's status with the resourceVersion run was
 // read at; a conflict is returned (IsRace), a run pruned meanwhile is left
 // alone.
-func writeStatus(ctx context.Context, w client.Client, run *v1.DeployRun, next v1.DeployRunStatus) error {
+func writeStatus(ctx context.Context, w client.Client, run *bloodravenv1alpha1.DeployRun, next bloodravenv1alpha1.DeployRunStatus) error {
 	if equality.Semantic.DeepEqual(run.Status, next) {
 		return nil
 	}
@@ -242,6 +242,6 @@ func writeStatus(ctx context.Context, w client.Client, run *v1.DeployRun, next v
 
 // runsOf tells whether rec leaves a DeployRun in g: a migration record of
 // g's incarnation.
-func runsOf(g *v1.MysqlFailoverGroup, rec *leases.Record) bool {
+func runsOf(g *bloodravenv1alpha1.MysqlFailoverGroup, rec *leases.Record) bool {
 	return rec != nil && rec.Kind == leases.KindMigration && rec.BelongsTo(string(g.UID))
 }

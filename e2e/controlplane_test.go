@@ -13,7 +13,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/devenv"
 )
@@ -37,13 +37,13 @@ func revokeAnOperation(t *testing.T, p *devenv.Playground, c *tlsClient, api str
 	if g.Annotations == nil {
 		g.Annotations = map[string]string{}
 	}
-	g.Annotations[v1.RevokeDeploymentLeasesAnnotation] = "e2e"
+	g.Annotations[bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation] = "e2e"
 	if err := admin.Patch(context.Background(), g, patch); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, func() bool {
 		_ = admin.Get(context.Background(), key, g)
-		_, annotated := g.Annotations[v1.RevokeDeploymentLeasesAnnotation]
+		_, annotated := g.Annotations[bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation]
 		return !annotated
 	})
 	w.expectRevoked(t, c, api)

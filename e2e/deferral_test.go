@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/devenv"
 )
@@ -48,7 +48,7 @@ func TestTheDeferralBudgetEndsAHoldThatNeverLetsGo(t *testing.T) {
 	waitFor(t, 30*time.Second, func() bool {
 		g = getGroup(t, admin, key)
 		pf := g.Status.PlannedFailover
-		if pf == nil || pf.Phase != v1.PlannedFailoverPhaseDeferred || pf.Admission == nil || pf.Admission.BudgetExhaustsAt == nil {
+		if pf == nil || pf.Phase != bloodravenv1alpha1.PlannedFailoverPhaseDeferred || pf.Admission == nil || pf.Admission.BudgetExhaustsAt == nil {
 			return false
 		}
 		exhausts = pf.Admission.BudgetExhaustsAt.Time
@@ -73,7 +73,7 @@ func TestTheDeferralBudgetEndsAHoldThatNeverLetsGo(t *testing.T) {
 	}
 	waitFor(t, 60*time.Second, func() bool {
 		g = getGroup(t, admin, key)
-		return g.Status.ActiveSite == "pdx" && g.Status.PlannedFailover != nil && g.Status.PlannedFailover.Phase == v1.PlannedFailoverPhaseCompleted
+		return g.Status.ActiveSite == "pdx" && g.Status.PlannedFailover != nil && g.Status.PlannedFailover.Phase == bloodravenv1alpha1.PlannedFailoverPhaseCompleted
 	})
 	reasons := eventReasons(t, admin)
 	for _, want := range []string{"DeferralBudgetExhausted", "DeploymentLeaseRevoked", "Promoted"} {

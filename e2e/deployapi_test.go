@@ -13,7 +13,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/mariadblocal"
 	"github.com/shipstream/bloodraven/internal/scene"
@@ -150,12 +150,12 @@ func TestDeployAPIOverTLSAcrossLeaderChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &v1.MysqlFailoverGroup{}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	key := client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.GroupName}
 	waitFor(t, 30*time.Second, func() bool { _ = admin.Get(ctx, key, g); return g.Status.TopologyGeneration == 1 })
 	startGen := g.Status.TopologyGeneration
 	patch := client.MergeFrom(g.DeepCopy())
-	g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "e2e-1", TargetSite: "pdx"}
+	g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "e2e-1", TargetSite: "pdx"}
 	if err := admin.Patch(ctx, g, patch); err != nil { // a merge patch: the operator writes the group too
 		t.Fatal(err)
 	}

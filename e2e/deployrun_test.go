@@ -14,7 +14,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/testenv"
@@ -167,7 +167,7 @@ type runWant struct {
 	granted, revokedAt               int64
 }
 
-func (w runWant) matches(r *v1.DeployRun) bool {
+func (w runWant) matches(r *bloodravenv1alpha1.DeployRun) bool {
 	return string(r.Status.Outcome) == w.outcome && r.Status.Phase == w.phase && string(r.Status.LeaseEnd) == w.leaseEnd &&
 		r.Status.RevocationReason == w.reason && r.Spec.GrantGeneration == w.granted && r.Status.RevokedAtGeneration == w.revokedAt &&
 		r.Spec.Instance == devenv.DatabaseName && r.Status.StartTime != nil && r.Status.EndTime != nil
@@ -175,9 +175,9 @@ func (w runWant) matches(r *v1.DeployRun) bool {
 
 // waitRuns waits until the playground's DeployRuns include one per
 // operation of want, each as want says, and returns them all.
-func waitRuns(t *testing.T, admin client.Client, want map[string]runWant) []v1.DeployRun {
+func waitRuns(t *testing.T, admin client.Client, want map[string]runWant) []bloodravenv1alpha1.DeployRun {
 	t.Helper()
-	var list v1.DeployRunList
+	var list bloodravenv1alpha1.DeployRunList
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		if err := admin.List(context.Background(), &list, client.InNamespace(devenv.PlaygroundNamespace)); err != nil {

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/childproc"
 	"github.com/shipstream/bloodraven/internal/devenv"
@@ -114,20 +114,20 @@ func TestADeposedLeaderPausedMidPromotionNeverOpensASite(t *testing.T) {
 	tookOver := ro.Mark("the follower leads")
 	// It resumes the persisted transition: a planned promotion of a few
 	// round trips, then one probe interval or two.
-	waitStatus(t, admin, key, 30*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
+	waitStatus(t, admin, key, 30*time.Second, dump, func(g *bloodravenv1alpha1.MysqlFailoverGroup) (bool, string) {
 		pf := g.Status.PlannedFailover
 		return g.Status.ActiveSite == "pdx" && g.Status.TopologyGeneration == 2 && g.Status.Transition == nil &&
-			pf != nil && pf.ID == "move-1" && pf.Phase == v1.PlannedFailoverPhaseCompleted, ""
+			pf != nil && pf.ID == "move-1" && pf.Phase == bloodravenv1alpha1.PlannedFailoverPhaseCompleted, ""
 	})
 	moved1 := ro.Mark("move 1 completed by the follower (pdx, generation 2)")
 
 	// Move 2, pdx→iad, by the follower, the old leader still paused: a
 	// planned failover's admission, fence and promotion, well within 60 s.
 	requestPlannedFailover(t, admin, key, "move-2", "iad")
-	waitStatus(t, admin, key, 60*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
+	waitStatus(t, admin, key, 60*time.Second, dump, func(g *bloodravenv1alpha1.MysqlFailoverGroup) (bool, string) {
 		pf := g.Status.PlannedFailover
 		return g.Status.ActiveSite == "iad" && g.Status.TopologyGeneration == 3 && g.Status.Transition == nil &&
-			pf != nil && pf.ID == "move-2" && pf.Phase == v1.PlannedFailoverPhaseCompleted, ""
+			pf != nil && pf.ID == "move-2" && pf.Phase == bloodravenv1alpha1.PlannedFailoverPhaseCompleted, ""
 	})
 	moved2 := ro.Mark("move 2 completed by the follower (iad, generation 3)")
 	// pdx replicates from iad: the source every later sample must show.

@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/devenv"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 	"github.com/shipstream/bloodraven/topology"
@@ -58,7 +58,7 @@ func TestEmergencyFailoverOfRealMariaDB(t *testing.T) {
 
 // bootstrapped waits for the playground's group to be bootstrapped
 // (generation 1) and returns an admin client, the group's key and the group.
-func bootstrapped(t *testing.T, p *devenv.Playground) (client.Client, client.ObjectKey, *v1.MysqlFailoverGroup) {
+func bootstrapped(t *testing.T, p *devenv.Playground) (client.Client, client.ObjectKey, *bloodravenv1alpha1.MysqlFailoverGroup) {
 	t.Helper()
 	ctx := context.Background()
 	admin, err := client.New(p.AdminConfig, client.Options{Scheme: bloodravenscheme.New()})
@@ -66,14 +66,14 @@ func bootstrapped(t *testing.T, p *devenv.Playground) (client.Client, client.Obj
 		t.Fatal(err)
 	}
 	key := client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.GroupName}
-	g := &v1.MysqlFailoverGroup{}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	waitFor(t, 30*time.Second, func() bool { _ = admin.Get(ctx, key, g); return g.Status.TopologyGeneration == 1 })
 	return admin, key, g
 }
 
 // bootstrappedWithBudget is bootstrapped, then sets the group's
 // failure-detection budget to seconds.
-func bootstrappedWithBudget(t *testing.T, p *devenv.Playground, seconds int32) (client.Client, client.ObjectKey, *v1.MysqlFailoverGroup) {
+func bootstrappedWithBudget(t *testing.T, p *devenv.Playground, seconds int32) (client.Client, client.ObjectKey, *bloodravenv1alpha1.MysqlFailoverGroup) {
 	t.Helper()
 	admin, key, g := bootstrapped(t, p)
 	patch := client.MergeFrom(g.DeepCopy())
@@ -103,7 +103,7 @@ func eventReasons(t *testing.T, admin client.Client) []string {
 // the playground's account.
 func siteObserver(t *testing.T) *mysqldriver.Driver {
 	t.Helper()
-	probe := mysqldriver.New(func(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
+	probe := mysqldriver.New(func(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
 		return devenv.MySQLUser, devenv.MySQLPassword, nil
 	})
 	t.Cleanup(probe.Close)
@@ -115,7 +115,7 @@ func siteObserver(t *testing.T) *mysqldriver.Driver {
 // transactions on iad, which the operator rightly refuses to rejoin; the
 // driver test covers it), waits until the operator promoted pdx at
 // generation 2, and returns how long that took.
-func killPrimaryAndWaitForPdx(t *testing.T, p *devenv.Playground, probe *mysqldriver.Driver, admin client.Client, key client.ObjectKey, g *v1.MysqlFailoverGroup) time.Duration {
+func killPrimaryAndWaitForPdx(t *testing.T, p *devenv.Playground, probe *mysqldriver.Driver, admin client.Client, key client.ObjectKey, g *bloodravenv1alpha1.MysqlFailoverGroup) time.Duration {
 	t.Helper()
 	ctx := context.Background()
 	waitFor(t, 30*time.Second, func() bool {

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/scene"
@@ -49,7 +49,7 @@ func TestAnAuthorizedTenantsFloodDoesNotStarveAnother(t *testing.T) {
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floodNS}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "pipeline", Namespace: floodNS}},
 		scene.Group(floodNS, floodGroup),
-		scene.Database(floodNS, "flood-app", floodGroup, v1.DeploymentClient{Namespace: floodNS, ServiceAccount: "pipeline"}),
+		scene.Database(floodNS, "flood-app", floodGroup, bloodravenv1alpha1.DeploymentClient{Namespace: floodNS, ServiceAccount: "pipeline"}),
 	} {
 		if err := admin.Create(ctx, o); err != nil {
 			t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/policy"
 )
@@ -28,9 +28,9 @@ var playgroundDatabase = client.ObjectKey{Namespace: devenv.PlaygroundNamespace,
 
 // waitGated waits until the playground's database is gated (the condition
 // True and a pending operation) and returns what it waits on.
-func waitGated(t *testing.T, admin client.Client, within time.Duration) *v1.SchemaVerification {
+func waitGated(t *testing.T, admin client.Client, within time.Duration) *bloodravenv1alpha1.SchemaVerification {
 	t.Helper()
-	db := &v1.MysqlDatabase{}
+	db := &bloodravenv1alpha1.MysqlDatabase{}
 	waitFor(t, within, func() bool {
 		return admin.Get(context.Background(), playgroundDatabase, db) == nil && db.Status.PendingVerification != nil &&
 			meta.IsStatusConditionTrue(db.Status.Conditions, policy.ConditionSchemaVerificationRequired)
@@ -43,17 +43,17 @@ func waitGated(t *testing.T, admin client.Client, within time.Duration) *v1.Sche
 func verifySchema(t *testing.T, admin client.Client, op string) {
 	t.Helper()
 	ctx := context.Background()
-	db := &v1.MysqlDatabase{}
+	db := &bloodravenv1alpha1.MysqlDatabase{}
 	if err := admin.Get(ctx, playgroundDatabase, db); err != nil {
 		t.Fatal(err)
 	}
 	patch := client.MergeFrom(db.DeepCopy())
-	metav1.SetMetaDataAnnotation(&db.ObjectMeta, v1.SchemaVerifiedAnnotation, op)
+	metav1.SetMetaDataAnnotation(&db.ObjectMeta, bloodravenv1alpha1.SchemaVerifiedAnnotation, op)
 	if err := admin.Patch(ctx, db, patch); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, func() bool {
-		_, annotated := db.Annotations[v1.SchemaVerifiedAnnotation]
+		_, annotated := db.Annotations[bloodravenv1alpha1.SchemaVerifiedAnnotation]
 		return admin.Get(ctx, playgroundDatabase, db) == nil && db.Status.PendingVerification == nil && !annotated &&
 			db.Status.LastVerifiedOperationID == op &&
 			meta.IsStatusConditionFalse(db.Status.Conditions, policy.ConditionSchemaVerificationRequired)
@@ -75,7 +75,7 @@ func expectNotGated(t *testing.T, p *devenv.Playground, admin client.Client, add
 		t.Fatalf("%s, yet a new migration is refused: %d %v", why, st, grant)
 	}
 	c.call(http.MethodDelete, api+"/leases/migration/"+op, nil, "X-Lease-Token", grant["token"].(string))
-	db := &v1.MysqlDatabase{}
+	db := &bloodravenv1alpha1.MysqlDatabase{}
 	if err := admin.Get(context.Background(), playgroundDatabase, db); err != nil || db.Status.PendingVerification != nil {
 		t.Fatalf("%s, yet gated: %+v %v", why, db.Status.PendingVerification, err)
 	}

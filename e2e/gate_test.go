@@ -12,7 +12,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/devenv"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
@@ -98,7 +98,7 @@ func TestTheGateClosesHoweverARunEndsPastItsDDLBoundary(t *testing.T) {
 		if err != nil || !strings.Contains(out, "done: "+devenv.PlaygroundNamespace+"/"+devenv.DatabaseName+" verified for operation killed-after-ddl") {
 			t.Fatalf("kubectl bloodraven verify (err %v):\n%s", err, out)
 		}
-		db := &v1.MysqlDatabase{}
+		db := &bloodravenv1alpha1.MysqlDatabase{}
 		if err := admin.Get(ctx, playgroundDatabase, db); err != nil || db.Status.PendingVerification != nil || db.Status.LastVerifiedOperationID != "killed-after-ddl" {
 			t.Fatalf("after verify: %+v %v", db.Status, err)
 		}

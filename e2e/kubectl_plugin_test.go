@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/leases"
@@ -100,14 +100,14 @@ func TestKubectlBloodravenAgainstThePlayground(t *testing.T) {
 
 	t.Run("failover shows Deferred and its retry time", func(t *testing.T) {
 		out, err := kubectl("failover", devenv.GroupName, "--to", "pdx", "--id", "oncall-1", "--timeout", "8s", "-n", devenv.PlaygroundNamespace)
-		if err == nil || !strings.Contains(out, "Deferred by "+v1.DeferReasonDeploymentHold+", retry at ") {
+		if err == nil || !strings.Contains(out, "Deferred by "+bloodravenv1alpha1.DeferReasonDeploymentHold+", retry at ") {
 			t.Fatalf("want Deferred by the hold and a timeout (err %v):\n%s", err, out)
 		}
 		if err := admin.Get(ctx, key, g); err != nil {
 			t.Fatal(err)
 		}
 		pf := g.Status.PlannedFailover
-		if pf == nil || pf.ID != "oncall-1" || pf.Phase != v1.PlannedFailoverPhaseDeferred || pf.Admission == nil || pf.Admission.RetryTime == nil {
+		if pf == nil || pf.ID != "oncall-1" || pf.Phase != bloodravenv1alpha1.PlannedFailoverPhaseDeferred || pf.Admission == nil || pf.Admission.RetryTime == nil {
 			t.Fatalf("the API shows %+v", pf)
 		}
 		if want := "retry at " + pf.Admission.RetryTime.UTC().Format(time.RFC3339); !strings.Contains(out, want) {
@@ -123,7 +123,7 @@ func TestKubectlBloodravenAgainstThePlayground(t *testing.T) {
 		if err := admin.Get(ctx, key, g); err != nil {
 			t.Fatal(err)
 		}
-		if _, pending := g.Annotations[v1.RevokeDeploymentLeasesAnnotation]; pending {
+		if _, pending := g.Annotations[bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation]; pending {
 			t.Fatal("revoke returned while the annotation stands")
 		}
 		st, body := c.call(http.MethodPut, api+"/leases/migration/op-oncall", map[string]any{"token": tokens[0]})

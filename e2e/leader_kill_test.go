@@ -8,7 +8,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/devenv"
 )
 
@@ -33,7 +33,7 @@ func TestLeaderKilledFollowerTakesOver(t *testing.T) {
 	}
 	admin, _, g := bootstrapped(t, p)
 	patch := client.MergeFrom(g.DeepCopy())
-	g.Annotations = map[string]string{v1.RevokeDeploymentLeasesAnnotation: "true"}
+	g.Annotations = map[string]string{bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation: "true"}
 	if err := admin.Patch(ctx, g, patch); err != nil {
 		t.Fatal(err)
 	}

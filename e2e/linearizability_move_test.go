@@ -10,7 +10,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/childproc"
 )
 
@@ -41,12 +41,12 @@ func TestMutexHistoryIsLinearizableAcrossMovesAndAPausedLeader(t *testing.T) {
 	targets := []string{"pdx", "iad", "pdx", "iad", "pdx", "iad"}
 	for i, target := range targets {
 		request := func() {
-			g := &v1.MysqlFailoverGroup{}
+			g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 			if err := admin.Get(ctx, key, g); err != nil {
 				t.Fatal(err)
 			}
 			patch := client.MergeFrom(g.DeepCopy())
-			g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: fmt.Sprintf("move-%d", i), TargetSite: target}
+			g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: fmt.Sprintf("move-%d", i), TargetSite: target}
 			if err := admin.Patch(ctx, g, patch); err != nil {
 				t.Fatal(err)
 			}

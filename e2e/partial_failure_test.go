@@ -18,7 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/faultproxy"
@@ -42,12 +42,12 @@ func TestPlannedFailoverWaitsForAnUnreachablePrimary(t *testing.T) {
 			admin, key, ro, dump, f, faultAt, requested := r.admin, r.key, r.ro, r.dump, r.f, r.faultAt, r.requested
 
 			// It waits, naming iad.
-			waitingSince := waitStatus(t, admin, key, 40*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
+			waitingSince := waitStatus(t, admin, key, 40*time.Second, dump, func(g *bloodravenv1alpha1.MysqlFailoverGroup) (bool, string) {
 				if msg := plannedMovedEarly(g); msg != "" {
 					return false, msg
 				}
 				pf := g.Status.PlannedFailover
-				return pf != nil && pf.Phase == v1.PlannedFailoverPhaseAdmitting && pf.Reason == policy.WaitSiteUnreachable, ""
+				return pf != nil && pf.Phase == bloodravenv1alpha1.PlannedFailoverPhaseAdmitting && pf.Reason == policy.WaitSiteUnreachable, ""
 			})
 			ro.Mark("status: Admitting/SiteUnreachable")
 			holdFrom := time.Now()
@@ -55,7 +55,7 @@ func TestPlannedFailoverWaitsForAnUnreachablePrimary(t *testing.T) {
 				g := getGroup(t, admin, key)
 				pf := g.Status.PlannedFailover
 				switch {
-				case pf == nil || pf.Phase != v1.PlannedFailoverPhaseAdmitting || pf.Reason != policy.WaitSiteUnreachable:
+				case pf == nil || pf.Phase != bloodravenv1alpha1.PlannedFailoverPhaseAdmitting || pf.Reason != policy.WaitSiteUnreachable:
 					dump("planned failover left Admitting/SiteUnreachable while iad is %s", fault)
 				case pf.Admission == nil || !strings.Contains(pf.Admission.Message, "iad"):
 					dump("the admission message does not name iad")
@@ -76,12 +76,12 @@ func TestPlannedFailoverWaitsForAnUnreachablePrimary(t *testing.T) {
 			// iad comes back: the planned failover completes.
 			f.restore()
 			restored := ro.Mark("iad restored")
-			waitStatus(t, admin, key, 60*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
+			waitStatus(t, admin, key, 60*time.Second, dump, func(g *bloodravenv1alpha1.MysqlFailoverGroup) (bool, string) {
 				pf := g.Status.PlannedFailover
-				if pf != nil && pf.Phase == v1.PlannedFailoverPhaseFailed {
+				if pf != nil && pf.Phase == bloodravenv1alpha1.PlannedFailoverPhaseFailed {
 					return false, "the planned failover failed: " + pf.Reason
 				}
-				return pf != nil && pf.Phase == v1.PlannedFailoverPhaseCompleted && g.Status.ActiveSite == "pdx" && g.Status.TopologyGeneration == 2, ""
+				return pf != nil && pf.Phase == bloodravenv1alpha1.PlannedFailoverPhaseCompleted && g.Status.ActiveSite == "pdx" && g.Status.TopologyGeneration == 2, ""
 			})
 			completed := ro.Mark("planned failover completed")
 			time.Sleep(2 * e2etest.ReadOnlyInterval) // the sampler's answers up to the completion
@@ -120,7 +120,7 @@ func TestEmergencyFailoverPromotesPastAPendingPlannedFailover(t *testing.T) {
 			admin, key, ro, dump, f, faultAt, requested := r.admin, r.key, r.ro, r.dump, r.f, r.faultAt, r.requested
 
 			// The planned failover waits and writes no transition...
-			waitingAt := waitStatus(t, admin, key, 20*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
+			waitingAt := waitStatus(t, admin, key, 20*time.Second, dump, func(g *bloodravenv1alpha1.MysqlFailoverGroup) (bool, string) {
 				if msg := plannedMovedEarly(g); msg != "" {
 					return false, msg
 				}
@@ -128,13 +128,13 @@ func TestEmergencyFailoverPromotesPastAPendingPlannedFailover(t *testing.T) {
 					return false, "the emergency path promoted before the planned failover was seen waiting"
 				}
 				pf := g.Status.PlannedFailover
-				return pf != nil && pf.Phase == v1.PlannedFailoverPhaseAdmitting && pf.Reason == policy.WaitSiteUnreachable &&
+				return pf != nil && pf.Phase == bloodravenv1alpha1.PlannedFailoverPhaseAdmitting && pf.Reason == policy.WaitSiteUnreachable &&
 					pf.Admission != nil && strings.Contains(pf.Admission.Message, "iad"), ""
 			})
 			ro.Mark("status: Admitting/SiteUnreachable")
 
 			// ...and the emergency path promotes pdx past it.
-			promotedAt := waitStatus(t, admin, key, 60*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
+			promotedAt := waitStatus(t, admin, key, 60*time.Second, dump, func(g *bloodravenv1alpha1.MysqlFailoverGroup) (bool, string) {
 				if msg := plannedMovedEarly(g); msg != "" {
 					return false, msg
 				}
@@ -167,13 +167,13 @@ func TestEmergencyFailoverPromotesPastAPendingPlannedFailover(t *testing.T) {
 			split := ro.TwoWritable(pdxOpen, fencedAt)
 
 			// The planned failover ends: pdx is already active.
-			waitStatus(t, admin, key, 30*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
+			waitStatus(t, admin, key, 30*time.Second, dump, func(g *bloodravenv1alpha1.MysqlFailoverGroup) (bool, string) {
 				pf := g.Status.PlannedFailover
-				return pf != nil && (pf.Phase == v1.PlannedFailoverPhaseCompleted || pf.Phase == v1.PlannedFailoverPhaseFailed), ""
+				return pf != nil && (pf.Phase == bloodravenv1alpha1.PlannedFailoverPhaseCompleted || pf.Phase == bloodravenv1alpha1.PlannedFailoverPhaseFailed), ""
 			})
 			g := getGroup(t, admin, key)
 			pf := g.Status.PlannedFailover
-			if pf.Phase != v1.PlannedFailoverPhaseCompleted || pf.Reason != "AlreadyActive" || g.Status.TopologyGeneration != 2 {
+			if pf.Phase != bloodravenv1alpha1.PlannedFailoverPhaseCompleted || pf.Reason != "AlreadyActive" || g.Status.TopologyGeneration != 2 {
 				dump("after the emergency failover the planned failover ended %s/%s at generation %d, want Completed/AlreadyActive at 2", pf.Phase, pf.Reason, g.Status.TopologyGeneration)
 			}
 			reasons := eventReasons(t, admin)
@@ -298,15 +298,15 @@ func requestPlannedFailover(t *testing.T, admin client.Client, key client.Object
 	t.Helper()
 	g := getGroup(t, admin, key)
 	patch := client.MergeFrom(g.DeepCopy())
-	g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: id, TargetSite: target}
+	g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: id, TargetSite: target}
 	if err := admin.Patch(context.Background(), g, patch); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func getGroup(t *testing.T, admin client.Client, key client.ObjectKey) *v1.MysqlFailoverGroup {
+func getGroup(t *testing.T, admin client.Client, key client.ObjectKey) *bloodravenv1alpha1.MysqlFailoverGroup {
 	t.Helper()
-	g := &v1.MysqlFailoverGroup{}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	if err := admin.Get(context.Background(), key, g); err != nil {
 		t.Fatal(err)
 	}
@@ -315,14 +315,14 @@ func getGroup(t *testing.T, admin client.Client, key client.ObjectKey) *v1.Mysql
 
 // plannedMovedEarly says what is wrong when the planned failover went past
 // its admission while iad is unreachable.
-func plannedMovedEarly(g *v1.MysqlFailoverGroup) string {
+func plannedMovedEarly(g *bloodravenv1alpha1.MysqlFailoverGroup) string {
 	if tr := g.Status.Transition; tr != nil && tr.Operation == "PlannedFailover" {
 		return fmt.Sprintf("a planned transition was written while iad is unreachable: %+v", *tr)
 	}
-	if pf := g.Status.PlannedFailover; pf != nil && pf.Phase == v1.PlannedFailoverPhasePromoting {
+	if pf := g.Status.PlannedFailover; pf != nil && pf.Phase == bloodravenv1alpha1.PlannedFailoverPhasePromoting {
 		return "the planned failover is Promoting while iad is unreachable"
 	}
-	if pf := g.Status.PlannedFailover; pf != nil && pf.Phase == v1.PlannedFailoverPhaseCompleted && pf.Reason == "Promoted" {
+	if pf := g.Status.PlannedFailover; pf != nil && pf.Phase == bloodravenv1alpha1.PlannedFailoverPhaseCompleted && pf.Reason == "Promoted" {
 		return "the planned failover promoted while iad is unreachable"
 	}
 	return ""
@@ -330,11 +330,11 @@ func plannedMovedEarly(g *v1.MysqlFailoverGroup) string {
 
 // waitStatus polls the group every 100 ms until cond holds and returns when
 // it first did; a non-empty complaint from cond fails the test at once.
-func waitStatus(t *testing.T, admin client.Client, key client.ObjectKey, timeout time.Duration, dump func(string, ...any), cond func(*v1.MysqlFailoverGroup) (bool, string)) time.Time {
+func waitStatus(t *testing.T, admin client.Client, key client.ObjectKey, timeout time.Duration, dump func(string, ...any), cond func(*bloodravenv1alpha1.MysqlFailoverGroup) (bool, string)) time.Time {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		g := &v1.MysqlFailoverGroup{}
+		g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 		if err := admin.Get(context.Background(), key, g); err == nil {
 			ok, complaint := cond(g)
 			if complaint != "" {
@@ -362,7 +362,7 @@ func statusDumper(t *testing.T, admin client.Client, key client.ObjectKey, p *de
 	go func() {
 		defer close(done)
 		for {
-			g := &v1.MysqlFailoverGroup{}
+			g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 			if err := admin.Get(context.Background(), key, g); err == nil {
 				h.add(g)
 			}
@@ -404,7 +404,7 @@ func statusDumper(t *testing.T, admin client.Client, key client.ObjectKey, p *de
 	return func(format string, args ...any) {
 		t.Helper()
 		dumpEvidence()
-		g := &v1.MysqlFailoverGroup{}
+		g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 		if err := admin.Get(context.Background(), key, g); err == nil {
 			b, _ := json.MarshalIndent(g.Status, "", "  ")
 			t.Logf("status: %s", b)
@@ -454,7 +454,7 @@ type statusHistory struct {
 	lines []string
 }
 
-func (h *statusHistory) add(g *v1.MysqlFailoverGroup) {
+func (h *statusHistory) add(g *bloodravenv1alpha1.MysqlFailoverGroup) {
 	st := g.Status
 	sum := fmt.Sprintf("active=%s gen=%d", st.ActiveSite, st.TopologyGeneration)
 	if st.PrimaryLostAt != nil {

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/faultproxy"
@@ -79,7 +79,7 @@ func TestAPlannedMoveThatLosesItsOldPrimaryMidwayFailsOverWithinBudget(t *testin
 	// measured, not timed out. Without the fix this is where the test
 	// fails: the planned promotion is retried until the promote timeout.
 	limit := budget + 10*time.Second
-	promoted, promotedAt := versions.until(t, "pdx promoted (generation 2) after iad was paused", limit+5*time.Second-time.Since(paused), dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
+	promoted, promotedAt := versions.until(t, "pdx promoted (generation 2) after iad was paused", limit+5*time.Second-time.Since(paused), dump, func(g *bloodravenv1alpha1.MysqlFailoverGroup) (bool, string) {
 		return g.Status.ActiveSite == "pdx" && g.Status.TopologyGeneration == 2, ""
 	})
 	ro.Mark("status: pdx active at generation 2")
@@ -101,13 +101,13 @@ func TestAPlannedMoveThatLosesItsOldPrimaryMidwayFailsOverWithinBudget(t *testin
 		}
 		st := v.g.Status
 		pf := st.PlannedFailover
-		if rolledBack == nil && st.Transition == nil && st.TopologyGeneration == 1 && pf != nil && pf.Phase == v1.PlannedFailoverPhaseAdmitting {
+		if rolledBack == nil && st.Transition == nil && st.TopologyGeneration == 1 && pf != nil && pf.Phase == bloodravenv1alpha1.PlannedFailoverPhaseAdmitting {
 			rolledBack = v
 			if pf.Reason != policy.WaitSiteUnreachable || pf.Admission == nil || !strings.Contains(pf.Admission.Message, "iad") {
 				dump("the rolled-back planned failover waits with %q %+v, want %s naming iad", pf.Reason, pf.Admission, policy.WaitSiteUnreachable)
 			}
 		}
-		if tr := st.Transition; emergency == nil && tr != nil && tr.Operation == v1.OperationEmergencyFailover {
+		if tr := st.Transition; emergency == nil && tr != nil && tr.Operation == bloodravenv1alpha1.OperationEmergencyFailover {
 			emergency = v
 		}
 	}
@@ -116,7 +116,7 @@ func TestAPlannedMoveThatLosesItsOldPrimaryMidwayFailsOverWithinBudget(t *testin
 		dump("no status version between the planned transition and generation 2 shows it rolled back (planned failover Admitting, no transition)")
 	case emergency == nil || emergency.at.Before(rolledBack.at):
 		dump("generation 2 was not written by an emergency transition after the rollback")
-	case promoted.Status.PlannedFailover != nil && promoted.Status.PlannedFailover.Phase == v1.PlannedFailoverPhaseCompleted && promoted.Status.PlannedFailover.Reason == "Promoted":
+	case promoted.Status.PlannedFailover != nil && promoted.Status.PlannedFailover.Phase == bloodravenv1alpha1.PlannedFailoverPhaseCompleted && promoted.Status.PlannedFailover.Reason == "Promoted":
 		dump("the planned failover completed as Promoted: the planned path moved the primary past a paused iad")
 	}
 
@@ -130,12 +130,12 @@ func TestAPlannedMoveThatLosesItsOldPrimaryMidwayFailsOverWithinBudget(t *testin
 	}
 
 	// The planned failover ends: pdx is already active.
-	waitStatus(t, admin, key, 30*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
+	waitStatus(t, admin, key, 30*time.Second, dump, func(g *bloodravenv1alpha1.MysqlFailoverGroup) (bool, string) {
 		pf := g.Status.PlannedFailover
-		return pf != nil && (pf.Phase == v1.PlannedFailoverPhaseCompleted || pf.Phase == v1.PlannedFailoverPhaseFailed), ""
+		return pf != nil && (pf.Phase == bloodravenv1alpha1.PlannedFailoverPhaseCompleted || pf.Phase == bloodravenv1alpha1.PlannedFailoverPhaseFailed), ""
 	})
 	end := getGroup(t, admin, key)
-	if pf := end.Status.PlannedFailover; pf.Phase != v1.PlannedFailoverPhaseCompleted || pf.Reason != "AlreadyActive" || end.Status.TopologyGeneration != 2 || end.Status.ActiveSite != "pdx" {
+	if pf := end.Status.PlannedFailover; pf.Phase != bloodravenv1alpha1.PlannedFailoverPhaseCompleted || pf.Reason != "AlreadyActive" || end.Status.TopologyGeneration != 2 || end.Status.ActiveSite != "pdx" {
 		dump("the planned failover ended %s/%s with %s active at generation %d, want Completed/AlreadyActive with pdx at 2", pf.Phase, pf.Reason, end.Status.ActiveSite, end.Status.TopologyGeneration)
 	}
 	reasons := eventReasons(t, admin)
@@ -180,7 +180,7 @@ func eventMessage(t *testing.T, admin client.Client, reason string) string {
 // groupVersion is one version of the playground's group as a watch
 // delivered it, with when it arrived.
 type groupVersion struct {
-	g  *v1.MysqlFailoverGroup
+	g  *bloodravenv1alpha1.MysqlFailoverGroup
 	at time.Time
 }
 
@@ -202,7 +202,7 @@ func watchGroup(t *testing.T, p *devenv.Playground, key client.ObjectKey) *group
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := wc.Watch(context.Background(), &v1.MysqlFailoverGroupList{}, client.InNamespace(key.Namespace),
+	w, err := wc.Watch(context.Background(), &bloodravenv1alpha1.MysqlFailoverGroupList{}, client.InNamespace(key.Namespace),
 		client.MatchingFields{"metadata.name": key.Name})
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +213,7 @@ func watchGroup(t *testing.T, p *devenv.Playground, key client.ObjectKey) *group
 		defer close(done)
 		defer close(gv.ch)
 		for ev := range w.ResultChan() {
-			g, ok := ev.Object.(*v1.MysqlFailoverGroup)
+			g, ok := ev.Object.(*bloodravenv1alpha1.MysqlFailoverGroup)
 			if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
 				continue
 			}
@@ -231,7 +231,7 @@ func watchGroup(t *testing.T, p *devenv.Playground, key client.ObjectKey) *group
 // until returns the first version delivered and not read yet for which
 // cond (what the test waits for) holds, and when it arrived; a complaint
 // from cond, the end of the watch or the timeout fails the test with dump.
-func (gv *groupVersions) until(t *testing.T, what string, timeout time.Duration, dump func(string, ...any), cond func(*v1.MysqlFailoverGroup) (bool, string)) (*v1.MysqlFailoverGroup, time.Time) {
+func (gv *groupVersions) until(t *testing.T, what string, timeout time.Duration, dump func(string, ...any), cond func(*bloodravenv1alpha1.MysqlFailoverGroup) (bool, string)) (*bloodravenv1alpha1.MysqlFailoverGroup, time.Time) {
 	t.Helper()
 	deadline := time.NewTimer(max(timeout, 0))
 	defer deadline.Stop()
@@ -265,7 +265,7 @@ func (gv *groupVersions) seen() []groupVersion { return slices.Clone(gv.all) }
 // goes on), the group as then read, when the request was made and when the
 // transition was seen.
 func slowPlannedMoveToPdx(t *testing.T, p *devenv.Playground, admin client.Client, key client.ObjectKey, iad *faultproxy.Proxy,
-	ro *e2etest.ReadOnlySampler, dump func(string, ...any), id string) (versions *groupVersions, persisted *v1.MysqlFailoverGroup, requested, seen time.Time) {
+	ro *e2etest.ReadOnlySampler, dump func(string, ...any), id string) (versions *groupVersions, persisted *bloodravenv1alpha1.MysqlFailoverGroup, requested, seen time.Time) {
 	t.Helper()
 	iad.SetMode(faultproxy.Delay(promotionDelay))
 	t.Cleanup(func() { iad.SetMode(faultproxy.Pass) })
@@ -273,7 +273,7 @@ func slowPlannedMoveToPdx(t *testing.T, p *devenv.Playground, admin client.Clien
 	// The prober's probes of iad now run with the delay, and pass: two
 	// probe intervals later the group is still ready.
 	time.Sleep(2 * probeInterval)
-	waitStatus(t, admin, key, 10*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
+	waitStatus(t, admin, key, 10*time.Second, dump, func(g *bloodravenv1alpha1.MysqlFailoverGroup) (bool, string) {
 		if g.Status.PrimaryLostAt != nil {
 			return false, fmt.Sprintf("with iad's proxy delayed %v its probes fail: the delay must stay within the probe timeout", promotionDelay)
 		}
@@ -282,12 +282,12 @@ func slowPlannedMoveToPdx(t *testing.T, p *devenv.Playground, admin client.Clien
 	versions = watchGroup(t, p, key)
 	requestPlannedFailover(t, admin, key, id, "pdx")
 	requested = ro.Mark("planned failover " + id + " to pdx requested")
-	persisted, seen = versions.until(t, "the transition of "+id+" persisted", 40*time.Second, dump, func(g *v1.MysqlFailoverGroup) (bool, string) {
+	persisted, seen = versions.until(t, "the transition of "+id+" persisted", 40*time.Second, dump, func(g *bloodravenv1alpha1.MysqlFailoverGroup) (bool, string) {
 		if g.Status.TopologyGeneration != 1 {
 			return false, "the planned failover completed before its transition was seen"
 		}
 		tr := g.Status.Transition
-		return tr != nil && tr.Operation == v1.OperationPlannedFailover && tr.TargetSite == "pdx", ""
+		return tr != nil && tr.Operation == bloodravenv1alpha1.OperationPlannedFailover && tr.TargetSite == "pdx", ""
 	})
 	return versions, persisted, requested, seen
 }

@@ -25,7 +25,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/charts"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/devenv"
@@ -95,7 +95,7 @@ func TestPlaygroundComesUpAsDocumented(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := &v1.MysqlFailoverGroup{}
+		g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 		waitFor(t, 30*time.Second, func() bool {
 			_ = admin.Get(ctx, client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.GroupName}, g)
 			return g.Status.TopologyGeneration == 1 && g.Status.ActiveSite == "iad" && g.Status.Health.Ready
@@ -300,19 +300,19 @@ func TestPlaygroundComesUpAsDocumented(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := &v1.MysqlFailoverGroup{}
+		g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 		key := client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.GroupName}
 		if err := admin.Get(ctx, key, g); err != nil {
 			t.Fatal(err)
 		}
 		patch := client.MergeFrom(g.DeepCopy())
-		g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "metrics-1", TargetSite: "pdx"}
+		g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "metrics-1", TargetSite: "pdx"}
 		if err := admin.Patch(ctx, g, patch); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 30*time.Second, func() bool {
 			_ = admin.Get(ctx, key, g)
-			return g.Status.PlannedFailover != nil && g.Status.PlannedFailover.Phase == v1.PlannedFailoverPhaseDeferred
+			return g.Status.PlannedFailover != nil && g.Status.PlannedFailover.Phase == bloodravenv1alpha1.PlannedFailoverPhaseDeferred
 		})
 		exported := scrape(t, "http://"+cfg.MetricsAddr+"/metrics")
 		for _, n := range names {

@@ -11,7 +11,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/devenv"
 )
 
@@ -41,13 +41,13 @@ func TestHoldSurvivesAnOperatorCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	patch := client.MergeFrom(g.DeepCopy())
-	g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "quiz-1", TargetSite: "pdx"}
+	g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "quiz-1", TargetSite: "pdx"}
 	if err := admin.Patch(ctx, g, patch); err != nil {
 		t.Fatal(err)
 	}
 	deferred := func() bool {
 		pf := g.Status.PlannedFailover
-		return pf != nil && pf.Phase == v1.PlannedFailoverPhaseDeferred && pf.Admission != nil && pf.Admission.DeferReason == v1.DeferReasonDeploymentHold
+		return pf != nil && pf.Phase == bloodravenv1alpha1.PlannedFailoverPhaseDeferred && pf.Admission != nil && pf.Admission.DeferReason == bloodravenv1alpha1.DeferReasonDeploymentHold
 	}
 	waitFor(t, 30*time.Second, func() bool { _ = admin.Get(ctx, key, g); return deferred() })
 

@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/testenv"
 )
@@ -38,7 +38,7 @@ func TestALeaseEndingBetweenTheMoveAndItsBookkeepingIsRevoked(t *testing.T) {
 		}
 		gen := g.Status.TopologyGeneration
 		patch := client.MergeFrom(g.DeepCopy())
-		g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: id, TargetSite: target}
+		g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: id, TargetSite: target}
 		if err := admin.Patch(ctx, g, patch); err != nil {
 			t.Fatal(err)
 		}

@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/childproc"
 	"github.com/shipstream/bloodraven/internal/devenv"
@@ -241,7 +241,7 @@ func newAttacker(t *testing.T, p *devenv.Playground, addr string, admin client.C
 // that name with such a database.
 func (a *attacker) tenantObjects(t *testing.T, ctx context.Context) {
 	t.Helper()
-	victim := v1.DeploymentClient{Namespace: devenv.PlaygroundNamespace, ServiceAccount: devenv.DeployServiceAccount}
+	victim := bloodravenv1alpha1.DeploymentClient{Namespace: devenv.PlaygroundNamespace, ServiceAccount: devenv.DeployServiceAccount}
 	if err := a.as.Create(ctx, scene.Database(a.ns, "lonely-app", devenv.GroupName, victim)); err != nil {
 		t.Fatalf("the attacker's database: %v", err)
 	}
@@ -264,7 +264,7 @@ func (a *attacker) leaseWrites(t *testing.T, ctx context.Context, victimOp strin
 		rec := leases.Record{Group: devenv.GroupName, Kind: kind, OperationID: op, Instance: devenv.DatabaseName,
 			Identity: "system:serviceaccount:evil:attacker", State: leases.StateActive, Generation: 1, TTLSeconds: 120,
 			ExpiresAt: time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC), GrantedAt: time.Now(), RenewedAt: time.Now()}
-		g := &v1.MysqlFailoverGroup{}
+		g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 		if err := a.admin.Get(ctx, client.ObjectKey{Namespace: devenv.PlaygroundNamespace, Name: devenv.GroupName}, g); err != nil {
 			t.Fatal(err)
 		}
@@ -326,16 +326,16 @@ func (a *attacker) leaseWrites(t *testing.T, ctx context.Context, victimOp strin
 func (a *attacker) cleanUp(t *testing.T, ctx context.Context) {
 	t.Helper()
 	for _, o := range []client.Object{
-		&v1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: a.ns, Name: "lonely-app"}},
-		&v1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: a.ns, Name: devenv.DatabaseName}},
-		&v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Namespace: a.ns, Name: devenv.GroupName}},
+		&bloodravenv1alpha1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: a.ns, Name: "lonely-app"}},
+		&bloodravenv1alpha1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: a.ns, Name: devenv.DatabaseName}},
+		&bloodravenv1alpha1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Namespace: a.ns, Name: devenv.GroupName}},
 	} {
 		if err := a.admin.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
 			t.Fatal(err)
 		}
 	}
 	e2etest.WaitFor(t, 60*time.Second, func() bool {
-		err := a.admin.Get(ctx, client.ObjectKey{Namespace: a.ns, Name: devenv.GroupName}, &v1.MysqlFailoverGroup{})
+		err := a.admin.Get(ctx, client.ObjectKey{Namespace: a.ns, Name: devenv.GroupName}, &bloodravenv1alpha1.MysqlFailoverGroup{})
 		return apierrors.IsNotFound(err)
 	})
 }
@@ -529,7 +529,7 @@ const meterGroup, meterDatabase = "meter", "meter-app"
 // lets the victim's deploy identity in.
 func createMeterGroup(t *testing.T, ctx context.Context, admin client.Client) {
 	t.Helper()
-	victim := v1.DeploymentClient{Namespace: devenv.PlaygroundNamespace, ServiceAccount: devenv.DeployServiceAccount}
+	victim := bloodravenv1alpha1.DeploymentClient{Namespace: devenv.PlaygroundNamespace, ServiceAccount: devenv.DeployServiceAccount}
 	for _, o := range []client.Object{
 		scene.Group(devenv.PlaygroundNamespace, meterGroup),
 		scene.Database(devenv.PlaygroundNamespace, meterDatabase, meterGroup, victim),

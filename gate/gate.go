@@ -8,7 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
@@ -23,7 +23,7 @@ import (
 func Close(ctx context.Context, api client.Reader, w client.Client, namespace string, rec *leases.Record, now time.Time) (closed bool, err error) {
 	err = leasestore.Optimistic(func(bool) error {
 		closed = false
-		db := &v1.MysqlDatabase{}
+		db := &bloodravenv1alpha1.MysqlDatabase{}
 		if err := api.Get(ctx, client.ObjectKey{Namespace: namespace, Name: rec.Instance}, db); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil
@@ -48,8 +48,8 @@ func Close(ctx context.Context, api client.Reader, w client.Client, namespace st
 // group's migration record m (nil when none): read from api, after m was.
 func View(ctx context.Context, api client.Reader, namespace, instance string, m *leases.Record, now time.Time) (policy.VerificationView, error) {
 	var out policy.VerificationView
-	read := func(name string) (*v1.MysqlDatabase, error) {
-		db := &v1.MysqlDatabase{}
+	read := func(name string) (*bloodravenv1alpha1.MysqlDatabase, error) {
+		db := &bloodravenv1alpha1.MysqlDatabase{}
 		if err := api.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, db); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil, nil

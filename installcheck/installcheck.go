@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
 // Config is one run's targets.
@@ -107,12 +107,12 @@ func checkStatus(ctx context.Context, c Config) (string, error) {
 const probeGroupName = "bloodraven-install-check"
 
 func checkWebhookDecides(ctx context.Context, c Config) (string, error) {
-	g := &v1.MysqlFailoverGroup{
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{
 		ObjectMeta: metav1.ObjectMeta{Name: probeGroupName, Namespace: c.Namespace},
-		Spec: v1.MysqlFailoverGroupSpec{
-			Sites: []v1.Site{{Name: "a", Host: "a.invalid", Port: 3306}, {Name: "b", Host: "b.invalid", Port: 3306}},
+		Spec: bloodravenv1alpha1.MysqlFailoverGroupSpec{
+			Sites: []bloodravenv1alpha1.Site{{Name: "a", Host: "a.invalid", Port: 3306}, {Name: "b", Host: "b.invalid", Port: 3306}},
 			// The schema accepts any name; only the webhook knows the sites.
-			PlannedFailover: &v1.PlannedFailoverRequest{ID: "install-check", TargetSite: "nowhere"},
+			PlannedFailover: &bloodravenv1alpha1.PlannedFailoverRequest{ID: "install-check", TargetSite: "nowhere"},
 		},
 	}
 	err := c.Client.Create(ctx, g, client.DryRunAll)
@@ -130,7 +130,7 @@ func checkWebhookDecides(ctx context.Context, c Config) (string, error) {
 // fence field: even the operator moves the fence only by its rules, so a
 // generation bump would be refused for either identity and tell nothing).
 func checkStatusGuard(ctx context.Context, c Config) (string, error) {
-	var groups v1.MysqlFailoverGroupList
+	var groups bloodravenv1alpha1.MysqlFailoverGroupList
 	if err := c.Client.List(ctx, &groups, client.InNamespace(c.Namespace), client.Limit(1)); err != nil {
 		return "", fmt.Errorf("list groups in %s: %w", c.Namespace, err)
 	}

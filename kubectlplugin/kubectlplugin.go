@@ -19,7 +19,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
@@ -97,8 +97,8 @@ func (e *Env) poll() time.Duration {
 	return 500 * time.Millisecond
 }
 
-func (e *Env) group(ctx context.Context, name string) (*v1.MysqlFailoverGroup, error) {
-	g := &v1.MysqlFailoverGroup{}
+func (e *Env) group(ctx context.Context, name string) (*bloodravenv1alpha1.MysqlFailoverGroup, error) {
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	if err := e.Client.Get(ctx, types.NamespacedName{Namespace: e.Namespace, Name: name}, g); err != nil {
 		return nil, fmt.Errorf("group %s/%s: %w", e.Namespace, name, err)
 	}
@@ -107,7 +107,7 @@ func (e *Env) group(ctx context.Context, name string) (*v1.MysqlFailoverGroup, e
 
 // records are the group's deployment Lease records, newest grant first.
 // Records of another group of that name (another UID) are left out.
-func (e *Env) records(ctx context.Context, g *v1.MysqlFailoverGroup) ([]*leases.Record, error) {
+func (e *Env) records(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) ([]*leases.Record, error) {
 	var list coordinationv1.LeaseList
 	if err := e.Client.List(ctx, &list, client.InNamespace(g.Namespace),
 		client.MatchingLabels{leasestore.LabelGroup: leases.LabelValue(g.Name)}); err != nil {
@@ -126,7 +126,7 @@ func (e *Env) records(ctx context.Context, g *v1.MysqlFailoverGroup) ([]*leases.
 }
 
 // showCommand is a read-only command over one group and its records.
-func showCommand(env *Env, use, short string, write func(io.Writer, *v1.MysqlFailoverGroup, []*leases.Record, time.Time)) *cobra.Command {
+func showCommand(env *Env, use, short string, write func(io.Writer, *bloodravenv1alpha1.MysqlFailoverGroup, []*leases.Record, time.Time)) *cobra.Command {
 	return &cobra.Command{
 		Use:   use,
 		Short: short,
@@ -151,7 +151,7 @@ func statusCommand(env *Env) *cobra.Command {
 	return showCommand(env, "status GROUP", "The group's observation: primary, generation, conditions, the planned operation, the mutex and the holds", writeStatus)
 }
 
-func writeStatus(out io.Writer, g *v1.MysqlFailoverGroup, recs []*leases.Record, now time.Time) {
+func writeStatus(out io.Writer, g *bloodravenv1alpha1.MysqlFailoverGroup, recs []*leases.Record, now time.Time) {
 	s := g.Status
 	fmt.Fprintf(out, "Group:       %s/%s\n", g.Namespace, g.Name)
 	fmt.Fprintf(out, "Primary:     %s\n", orNone(s.ActiveSite))
@@ -213,7 +213,7 @@ func orNone(s string) string {
 
 func leasesCommand(env *Env) *cobra.Command {
 	return showCommand(env, "leases GROUP", "The group's deployment Lease records (never a token or a token's hash)",
-		func(out io.Writer, _ *v1.MysqlFailoverGroup, recs []*leases.Record, now time.Time) {
+		func(out io.Writer, _ *bloodravenv1alpha1.MysqlFailoverGroup, recs []*leases.Record, now time.Time) {
 			writeLeases(out, recs, now)
 		})
 }
@@ -271,17 +271,17 @@ func revokeCommand(env *Env) *cobra.Command {
 			if g.Annotations == nil {
 				g.Annotations = map[string]string{}
 			}
-			g.Annotations[v1.RevokeDeploymentLeasesAnnotation] = ticket
+			g.Annotations[bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation] = ticket
 			if err := env.Client.Patch(ctx, g, patch); err != nil {
 				return fmt.Errorf("annotate %s/%s: %w", g.Namespace, g.Name, err)
 			}
 			fmt.Fprintf(env.Out, "asked the operator to revoke every deployment lease of %s/%s (%s=%s)\n", g.Namespace, g.Name,
-				v1.RevokeDeploymentLeasesAnnotation, ticket)
+				bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation, ticket)
 			err = wait.PollUntilContextTimeout(ctx, env.poll(), timeout, true, func(ctx context.Context) (bool, error) {
 				if err := env.Client.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
 					return false, nil
 				}
-				_, pending := g.Annotations[v1.RevokeDeploymentLeasesAnnotation]
+				_, pending := g.Annotations[bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation]
 				return !pending, nil
 			})
 			if err != nil {
@@ -326,7 +326,7 @@ func verifyCommand(env *Env) *cobra.Command {
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			db := &v1.MysqlDatabase{}
+			db := &bloodravenv1alpha1.MysqlDatabase{}
 			key := types.NamespacedName{Namespace: env.Namespace, Name: args[0]}
 			if err := env.Client.Get(ctx, key, db); err != nil {
 				return fmt.Errorf("database %s/%s: %w", key.Namespace, key.Name, err)
@@ -347,11 +347,11 @@ func verifyCommand(env *Env) *cobra.Command {
 			if db.Annotations == nil {
 				db.Annotations = map[string]string{}
 			}
-			db.Annotations[v1.SchemaVerifiedAnnotation] = op
+			db.Annotations[bloodravenv1alpha1.SchemaVerifiedAnnotation] = op
 			if err := env.Client.Patch(ctx, db, patch); err != nil {
 				return fmt.Errorf("annotate %s/%s: %w", db.Namespace, db.Name, err)
 			}
-			fmt.Fprintf(env.Out, "set %s=%s on %s/%s\n", v1.SchemaVerifiedAnnotation, op, db.Namespace, db.Name)
+			fmt.Fprintf(env.Out, "set %s=%s on %s/%s\n", bloodravenv1alpha1.SchemaVerifiedAnnotation, op, db.Namespace, db.Name)
 			err := wait.PollUntilContextTimeout(ctx, env.poll(), timeout, true, func(ctx context.Context) (bool, error) {
 				if err := env.Client.Get(ctx, key, db); err != nil {
 					return false, nil
@@ -393,7 +393,7 @@ func failoverCommand(env *Env) *cobra.Command {
 				id = "kubectl-" + env.Clock.Now().UTC().Format("20060102t150405")
 			}
 			patch := client.MergeFrom(g.DeepCopy())
-			g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: id, TargetSite: site}
+			g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: id, TargetSite: site}
 			if err := env.Client.Patch(ctx, g, patch); err != nil {
 				return fmt.Errorf("request the failover of %s/%s: %w", g.Namespace, g.Name, err)
 			}
@@ -412,7 +412,7 @@ func failoverCommand(env *Env) *cobra.Command {
 					return false, nil
 				}
 				line := string(pf.Phase)
-				if a := pf.Admission; a != nil && pf.Phase == v1.PlannedFailoverPhaseDeferred {
+				if a := pf.Admission; a != nil && pf.Phase == bloodravenv1alpha1.PlannedFailoverPhaseDeferred {
 					line += " by " + a.DeferReason
 					if a.RetryTime != nil {
 						line += ", retry at " + a.RetryTime.UTC().Format(time.RFC3339)
@@ -428,10 +428,10 @@ func failoverCommand(env *Env) *cobra.Command {
 					last = line
 				}
 				switch pf.Phase {
-				case v1.PlannedFailoverPhaseCompleted:
+				case bloodravenv1alpha1.PlannedFailoverPhaseCompleted:
 					fmt.Fprintf(env.Out, "done: primary %s, generation %d\n", g.Status.ActiveSite, g.Status.TopologyGeneration)
 					return true, nil
-				case v1.PlannedFailoverPhaseFailed:
+				case bloodravenv1alpha1.PlannedFailoverPhaseFailed:
 					result = fmt.Errorf("%w: %s", ErrFailoverFailed, pf.Reason)
 					return true, nil
 				}

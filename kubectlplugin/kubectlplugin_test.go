@@ -8,7 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -24,11 +24,11 @@ func record(kind leases.Kind, op string, state leases.State, expiresIn time.Dura
 // planned operation's deferral and retry time; an expired record is not a
 // holder; a token's hash is never printed.
 func TestTheStatusAndLeasesAnswers(t *testing.T) {
-	g := &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}
 	g.Status.ActiveSite, g.Status.TopologyGeneration = "iad", 4
 	retry := metav1.NewMicroTime(now.Add(45 * time.Second))
-	g.Status.PlannedFailover = &v1.PlannedFailoverStatus{ID: "f-1", TargetSite: "pdx", Phase: v1.PlannedFailoverPhaseDeferred,
-		Admission: &v1.Admission{DeferReason: v1.DeferReasonDeploymentHold, RetryTime: &retry}}
+	g.Status.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverStatus{ID: "f-1", TargetSite: "pdx", Phase: bloodravenv1alpha1.PlannedFailoverPhaseDeferred,
+		Admission: &bloodravenv1alpha1.Admission{DeferReason: bloodravenv1alpha1.DeferReasonDeploymentHold, RetryTime: &retry}}
 	g.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: "True"}, {Type: "Degraded", Status: "False"}}
 	recs := []*leases.Record{
 		record(leases.KindMigration, "op-1", leases.StateActive, 30*time.Second),

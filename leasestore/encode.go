@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -40,7 +40,7 @@ func kindLabel(rec *leases.Record) string {
 // projection for kubectl users, and the owner reference to group (replaced,
 // so a Lease taken over for a re-created group of the same name is owned by
 // the new one). group may be nil only for l that already has its owner.
-func Encode(l *coordinationv1.Lease, rec *leases.Record, group *v1.MysqlFailoverGroup) error {
+func Encode(l *coordinationv1.Lease, rec *leases.Record, group *bloodravenv1alpha1.MysqlFailoverGroup) error {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("encode lease record: %w", err)
@@ -69,9 +69,9 @@ func Encode(l *coordinationv1.Lease, rec *leases.Record, group *v1.MysqlFailover
 // GroupOwner is the owner reference of an object the operator keeps for
 // group (its Leases, its DeployRuns): collected with the group, and never
 // blocking its deletion.
-func GroupOwner(group *v1.MysqlFailoverGroup) metav1.OwnerReference {
+func GroupOwner(group *bloodravenv1alpha1.MysqlFailoverGroup) metav1.OwnerReference {
 	return metav1.OwnerReference{
-		APIVersion:         v1.GroupVersion.String(),
+		APIVersion:         bloodravenv1alpha1.GroupVersion.String(),
 		Kind:               "MysqlFailoverGroup",
 		Name:               group.Name,
 		UID:                group.UID,
@@ -102,7 +102,7 @@ func Decode(l *coordinationv1.Lease) (*leases.Record, error) {
 	}
 	if rec.GroupUID == "" {
 		for _, o := range l.OwnerReferences {
-			if o.Kind == "MysqlFailoverGroup" && o.APIVersion == v1.GroupVersion.String() && o.Name == rec.Group {
+			if o.Kind == "MysqlFailoverGroup" && o.APIVersion == bloodravenv1alpha1.GroupVersion.String() && o.Name == rec.Group {
 				rec.GroupUID = string(o.UID)
 			}
 		}

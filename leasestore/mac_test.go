@@ -9,7 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -24,7 +24,7 @@ func TestOnlyRecordsSealedForTheirLeaseAreTrusted(t *testing.T) {
 		t.Fatal(err)
 	}
 	otherKey, _ := NewRecordKey([]byte(strings.Repeat("x", 32)), keyStart)
-	group := &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "playground", Namespace: "playground", UID: "uid-1"}}
+	group := &bloodravenv1alpha1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "playground", Namespace: "playground", UID: "uid-1"}}
 	forever := time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)
 	record := func() *leases.Record {
 		return &leases.Record{Group: "playground", GroupUID: "uid-1", Kind: leases.KindMigration, OperationID: "op-1",
@@ -105,7 +105,7 @@ func TestOnlyRecordsSealedForTheirLeaseAreTrusted(t *testing.T) {
 // trusts what it reads (tools and tests that predate the key).
 func TestTheStoreSealsWhatItWrites(t *testing.T) {
 	key, _ := NewRecordKey([]byte(strings.Repeat("k", 32)), time.Now())
-	group := &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: "ns", UID: "u"}}
+	group := &bloodravenv1alpha1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: "ns", UID: "u"}}
 	rec := &leases.Record{Group: "g", GroupUID: "u", Kind: leases.KindMigration, OperationID: "op", State: leases.StateActive}
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "bloodraven-migration-g", Namespace: "ns"}}
 	if err := (&Store{Key: key}).encode(l, rec, group); err != nil {

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -96,7 +96,7 @@ func (s *Store) Verified(l *coordinationv1.Lease) *leases.Record {
 }
 
 // encode writes rec into l (Encode) and seals it with the key.
-func (s *Store) encode(l *coordinationv1.Lease, rec *leases.Record, group *v1.MysqlFailoverGroup) error {
+func (s *Store) encode(l *coordinationv1.Lease, rec *leases.Record, group *bloodravenv1alpha1.MysqlFailoverGroup) error {
 	if err := Encode(l, rec, group); err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func (s *Store) Get(ctx context.Context, namespace, name string, fresh bool) (*O
 // the record when it is that operation's, of this incarnation of the group
 // (nil record otherwise: another operation holds the mutex, or the Lease is
 // left over from a deleted group of the same name).
-func (s *Store) GetOwn(ctx context.Context, group *v1.MysqlFailoverGroup, kind leases.Kind, operationID string, fresh bool) (*Object, *leases.Record, error) {
+func (s *Store) GetOwn(ctx context.Context, group *bloodravenv1alpha1.MysqlFailoverGroup, kind leases.Kind, operationID string, fresh bool) (*Object, *leases.Record, error) {
 	o, err := s.Get(ctx, group.Namespace, leases.LeaseName(kind, group.Name, operationID), fresh)
 	if err != nil || o == nil {
 		return o, nil, err
@@ -175,14 +175,14 @@ func (s *Store) GetOwn(ctx context.Context, group *v1.MysqlFailoverGroup, kind l
 
 // Tombstone reads the operation's tombstone from the API server; nil when
 // this incarnation of the group never revoked the operation.
-func (s *Store) Tombstone(ctx context.Context, group *v1.MysqlFailoverGroup, operationID string) (*leases.Record, error) {
+func (s *Store) Tombstone(ctx context.Context, group *bloodravenv1alpha1.MysqlFailoverGroup, operationID string) (*leases.Record, error) {
 	_, rec, err := s.GetOwn(ctx, group, leases.KindTombstone, operationID, true)
 	return rec, err
 }
 
 // Create stores rec as a new Lease named name, owned by group. It returns the
 // API server's AlreadyExists error when another writer created it first.
-func (s *Store) Create(ctx context.Context, group *v1.MysqlFailoverGroup, name string, rec leases.Record) (*Object, error) {
+func (s *Store) Create(ctx context.Context, group *bloodravenv1alpha1.MysqlFailoverGroup, name string, rec leases.Record) (*Object, error) {
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: group.Namespace}}
 	if err := s.encode(l, &rec, group); err != nil {
 		return nil, err
@@ -196,7 +196,7 @@ func (s *Store) Create(ctx context.Context, group *v1.MysqlFailoverGroup, name s
 // Update replaces obj's record with rec, owned by group. The write carries
 // obj's resourceVersion: it fails with the API server's Conflict error when
 // the Lease changed since obj was read.
-func (s *Store) Update(ctx context.Context, group *v1.MysqlFailoverGroup, obj *Object, rec leases.Record) (*Object, error) {
+func (s *Store) Update(ctx context.Context, group *bloodravenv1alpha1.MysqlFailoverGroup, obj *Object, rec leases.Record) (*Object, error) {
 	l := obj.Lease.DeepCopy()
 	if err := s.encode(l, &rec, group); err != nil {
 		return nil, err
@@ -209,7 +209,7 @@ func (s *Store) Update(ctx context.Context, group *v1.MysqlFailoverGroup, obj *O
 
 // Put writes rec for the Lease name: a Create when obj is nil, otherwise an
 // Update with obj's resourceVersion.
-func (s *Store) Put(ctx context.Context, group *v1.MysqlFailoverGroup, name string, obj *Object, rec leases.Record) (*Object, error) {
+func (s *Store) Put(ctx context.Context, group *bloodravenv1alpha1.MysqlFailoverGroup, name string, obj *Object, rec leases.Record) (*Object, error) {
 	if obj == nil {
 		return s.Create(ctx, group, name, rec)
 	}
@@ -221,7 +221,7 @@ func (s *Store) Put(ctx context.Context, group *v1.MysqlFailoverGroup, name stri
 // conflict from a fresh read. step sees the current record (nil when it is
 // not this operation's) and returns the next record and true, or false to
 // leave the Lease alone. It returns the record written, or nil.
-func (s *Store) Transition(ctx context.Context, group *v1.MysqlFailoverGroup, kind leases.Kind, operationID string,
+func (s *Store) Transition(ctx context.Context, group *bloodravenv1alpha1.MysqlFailoverGroup, kind leases.Kind, operationID string,
 	step func(cur *leases.Record) (leases.Record, bool)) (*leases.Record, error) {
 	var written *leases.Record
 	err := Optimistic(func(bool) error {
@@ -245,7 +245,7 @@ func (s *Store) Transition(ctx context.Context, group *v1.MysqlFailoverGroup, ki
 // Revocation is what Revoke wrote.
 type Revocation struct {
 	// Group is the group as Revoke read it, fresh.
-	Group *v1.MysqlFailoverGroup
+	Group *bloodravenv1alpha1.MysqlFailoverGroup
 	// Tombstone is the operation's tombstone (written now or found); nil when
 	// nothing qualified.
 	Tombstone *Object
@@ -262,11 +262,11 @@ type Revocation struct {
 // tombstones a lease whose generation is older than a freshly read one,
 // whatever view of the group the caller had; nothing is written when nothing
 // qualifies. The group passed in names the group; its status is not used.
-func (s *Store) Revoke(ctx context.Context, group *v1.MysqlFailoverGroup, operationID, reason string) (Revocation, error) {
+func (s *Store) Revoke(ctx context.Context, group *bloodravenv1alpha1.MysqlFailoverGroup, operationID, reason string) (Revocation, error) {
 	var out Revocation
 	err := Optimistic(func(bool) error {
 		out = Revocation{}
-		fresh := &v1.MysqlFailoverGroup{}
+		fresh := &bloodravenv1alpha1.MysqlFailoverGroup{}
 		if err := s.API.Get(ctx, client.ObjectKeyFromObject(group), fresh); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil // the group is gone, and its leases with it
@@ -320,7 +320,7 @@ func indexOf(recs []*leases.Record, kind leases.Kind) int {
 }
 
 // MoveOf is the group's last move, as the fence records it.
-func MoveOf(g *v1.MysqlFailoverGroup) leases.Move {
+func MoveOf(g *bloodravenv1alpha1.MysqlFailoverGroup) leases.Move {
 	m := leases.Move{Generation: g.Status.TopologyGeneration}
 	if t := g.Status.TopologyGenerationTime; t != nil {
 		m.At = t.Time
@@ -332,7 +332,7 @@ func MoveOf(g *v1.MysqlFailoverGroup) leases.Move {
 // it was read at. It reports false when another writer changed it first (it
 // was announced by someone else, or the group was re-created): the caller
 // then announces nothing.
-func (s *Store) Announce(ctx context.Context, group *v1.MysqlFailoverGroup, tomb *Object) (bool, error) {
+func (s *Store) Announce(ctx context.Context, group *bloodravenv1alpha1.MysqlFailoverGroup, tomb *Object) (bool, error) {
 	if !tomb.Record.AnnouncePending {
 		return false, nil
 	}
@@ -368,7 +368,7 @@ func (s *Store) PendingTombstones(ctx context.Context, namespace, group string) 
 // putTombstone creates the tombstone, replacing one left over from a deleted
 // group of the same name, and returns it; an existing tombstone of this
 // group stands (the operation is already revoked) and is returned as read.
-func (s *Store) putTombstone(ctx context.Context, group *v1.MysqlFailoverGroup, tomb leases.Record) (*Object, error) {
+func (s *Store) putTombstone(ctx context.Context, group *bloodravenv1alpha1.MysqlFailoverGroup, tomb leases.Record) (*Object, error) {
 	name := leases.TombstoneName(group.Name, tomb.OperationID)
 	var out *Object
 	err := Optimistic(func(fresh bool) error {

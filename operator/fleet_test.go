@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/controllers"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/mariadblocal"
@@ -104,7 +104,7 @@ func startFleetOperator(t *testing.T, ns string, workers int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv := mysqldriver.NewCached(func(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
+	drv := mysqldriver.NewCached(func(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
 		return "bloodraven", "s3cret", nil
 	}, clock.RealClock{})
 	key, err := leasestore.LoadRecordKey(ctx, env.Client, ns, "bloodraven-lease-record-key", ns)
@@ -126,14 +126,14 @@ func startFleetOperator(t *testing.T, ns string, workers int) {
 }
 
 // waitGroups waits until every group satisfies ok.
-func waitGroups(t *testing.T, ns string, names []string, timeout time.Duration, what string, ok func(*v1.MysqlFailoverGroup) bool) map[string]*v1.MysqlFailoverGroup {
+func waitGroups(t *testing.T, ns string, names []string, timeout time.Duration, what string, ok func(*bloodravenv1alpha1.MysqlFailoverGroup) bool) map[string]*bloodravenv1alpha1.MysqlFailoverGroup {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		out := map[string]*v1.MysqlFailoverGroup{}
+		out := map[string]*bloodravenv1alpha1.MysqlFailoverGroup{}
 		behind := ""
 		for _, n := range names {
-			g := &v1.MysqlFailoverGroup{}
+			g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 			if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: n}, g); err != nil {
 				t.Fatal(err)
 			}
@@ -167,9 +167,9 @@ func startFleet(t *testing.T, n int, budget int32) *fleet {
 	f := &fleet{t: t, pairs: startPairs(t, n), ns: env.Namespace(t), budget: budget}
 	for i, p := range f.pairs {
 		f.names = append(f.names, fmt.Sprintf("group-%d", i))
-		g := &v1.MysqlFailoverGroup{
+		g := &bloodravenv1alpha1.MysqlFailoverGroup{
 			ObjectMeta: metav1.ObjectMeta{Name: f.names[i], Namespace: f.ns},
-			Spec: v1.MysqlFailoverGroupSpec{FailureDetectionSeconds: budget, Sites: []v1.Site{
+			Spec: bloodravenv1alpha1.MysqlFailoverGroupSpec{FailureDetectionSeconds: budget, Sites: []bloodravenv1alpha1.Site{
 				{Name: "iad", Host: "127.0.0.1", Port: int32(p.iad.Port)},
 				{Name: "pdx", Host: "127.0.0.1", Port: int32(p.pdx.Port)},
 			}},
@@ -179,7 +179,7 @@ func startFleet(t *testing.T, n int, budget int32) *fleet {
 		}
 	}
 	startFleetOperator(t, f.ns, 0)
-	waitGroups(t, f.ns, f.names, 2*time.Minute, "bootstrap", func(g *v1.MysqlFailoverGroup) bool {
+	waitGroups(t, f.ns, f.names, 2*time.Minute, "bootstrap", func(g *bloodravenv1alpha1.MysqlFailoverGroup) bool {
 		return g.Status.ActiveSite == "iad" && g.Status.TopologyGeneration == 1 && g.Status.Health.ReplicationRunning
 	})
 	return f
@@ -202,7 +202,7 @@ func (f *fleet) loseIad() (time.Time, []time.Duration) {
 			_ = p.iad.Resume()
 		}
 	})
-	moved := waitGroups(t, f.ns, f.names, 3*time.Minute, "every group promoted", func(g *v1.MysqlFailoverGroup) bool {
+	moved := waitGroups(t, f.ns, f.names, 3*time.Minute, "every group promoted", func(g *bloodravenv1alpha1.MysqlFailoverGroup) bool {
 		return g.Status.ActiveSite == "pdx" && g.Status.TopologyGeneration >= 2 && g.Status.Transition == nil
 	})
 	var ds []time.Duration
@@ -265,7 +265,7 @@ func TestASiteLostUnderEightGroupsPromotesEachOnceAndFencesEveryReturn(t *testin
 		}
 	}
 	// It rejoins as a replica, and nothing moves again.
-	final := waitGroups(t, ns, names, time.Minute, "old primaries rejoined", func(g *v1.MysqlFailoverGroup) bool {
+	final := waitGroups(t, ns, names, time.Minute, "old primaries rejoined", func(g *bloodravenv1alpha1.MysqlFailoverGroup) bool {
 		return g.Status.Health.ReplicationRunning && g.Status.Health.Ready
 	})
 	for _, g := range final {

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -113,7 +113,7 @@ func Admit(in AdmissionInput) Admission {
 // Request names a planned operation: its kind (PlannedFailover,
 // OrderedUpdate, RestoreInPlace) and the ID of its request.
 type Request struct {
-	Operation v1.OperationName
+	Operation bloodravenv1alpha1.OperationName
 	ID        string
 }
 
@@ -122,7 +122,7 @@ type Request struct {
 // operation (transitionOp) is under way and must finish or roll back first.
 // A reservation that no longer stands is released at once, so 423 stays
 // transient when a request is removed or replaced.
-func ReservationStands(res Request, requests []Request, transitionOp v1.OperationName) bool {
+func ReservationStands(res Request, requests []Request, transitionOp bloodravenv1alpha1.OperationName) bool {
 	if transitionOp != "" && transitionOp == res.Operation {
 		return true
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/topology"
 )
@@ -104,7 +104,7 @@ func TestReservationStands(t *testing.T) {
 	res := Request{Operation: "OrderedUpdate", ID: "r7"}
 	tests := map[string]struct {
 		requests     []Request
-		transitionOp v1.OperationName
+		transitionOp bloodravenv1alpha1.OperationName
 		want         bool
 	}{
 		"its request stands":                      {requests: []Request{res}, want: true},

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
 // DeferralBudgetInput is what a planned-operation request's deferral budget
@@ -72,11 +72,11 @@ func DecideDeferralBudget(in DeferralBudgetInput) DeferralBudget {
 // ID, and that operation's status for the ID is neither Completed nor
 // Failed. A budget that no longer stands is dropped, and with it the
 // refusal of hold grants (409 deferral_budget_exhausted).
-func DeferralBudgetStands(b v1.DeferralBudget, requests []Request, status v1.OperationStatus) bool {
+func DeferralBudgetStands(b bloodravenv1alpha1.DeferralBudget, requests []Request, status bloodravenv1alpha1.OperationStatus) bool {
 	if !slices.Contains(requests, Request{Operation: b.Operation, ID: b.ID}) {
 		return false
 	}
-	if status.ID == b.ID && (status.Phase == v1.PhaseCompleted || status.Phase == v1.PhaseFailed) {
+	if status.ID == b.ID && (status.Phase == bloodravenv1alpha1.PhaseCompleted || status.Phase == bloodravenv1alpha1.PhaseFailed) {
 		return false
 	}
 	return true
@@ -84,7 +84,7 @@ func DeferralBudgetStands(b v1.DeferralBudget, requests []Request, status v1.Ope
 
 // DeferralBudgetSpent tells whether any request's budget is spent: hold
 // grants are refused until it no longer stands.
-func DeferralBudgetSpent(budgets []v1.DeferralBudget) bool {
+func DeferralBudgetSpent(budgets []bloodravenv1alpha1.DeferralBudget) bool {
 	for _, b := range budgets {
 		if b.Exhausted {
 			return true

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
 func TestDecideDeferralBudget(t *testing.T) {
@@ -69,20 +69,20 @@ func TestTheTopologyDecisionHasNoDeferralInput(t *testing.T) {
 }
 
 func TestDeferralBudgetStands(t *testing.T) {
-	b := v1.DeferralBudget{Operation: v1.OperationPlannedFailover, ID: "req-1"}
-	reqs := []Request{{Operation: v1.OperationPlannedFailover, ID: "req-1"}}
+	b := bloodravenv1alpha1.DeferralBudget{Operation: bloodravenv1alpha1.OperationPlannedFailover, ID: "req-1"}
+	reqs := []Request{{Operation: bloodravenv1alpha1.OperationPlannedFailover, ID: "req-1"}}
 	tests := map[string]struct {
 		reqs   []Request
-		status v1.OperationStatus
+		status bloodravenv1alpha1.OperationStatus
 		want   bool
 	}{
-		"a deferred request keeps its budget":      {reqs, v1.OperationStatus{ID: "req-1", Phase: v1.PhaseDeferred}, true},
-		"a request being admitted keeps it":        {reqs, v1.OperationStatus{ID: "req-1", Phase: v1.PhaseAdmitting}, true},
-		"a completed request drops it":             {reqs, v1.OperationStatus{ID: "req-1", Phase: v1.PhaseCompleted}, false},
-		"a failed request drops it":                {reqs, v1.OperationStatus{ID: "req-1", Phase: v1.PhaseFailed}, false},
-		"a removed request drops it":               {nil, v1.OperationStatus{ID: "req-1", Phase: v1.PhaseDeferred}, false},
-		"a replaced request drops it":              {[]Request{{Operation: v1.OperationPlannedFailover, ID: "req-2"}}, v1.OperationStatus{}, false},
-		"an earlier request's completion keeps it": {reqs, v1.OperationStatus{ID: "req-0", Phase: v1.PhaseCompleted}, true},
+		"a deferred request keeps its budget":      {reqs, bloodravenv1alpha1.OperationStatus{ID: "req-1", Phase: bloodravenv1alpha1.PhaseDeferred}, true},
+		"a request being admitted keeps it":        {reqs, bloodravenv1alpha1.OperationStatus{ID: "req-1", Phase: bloodravenv1alpha1.PhaseAdmitting}, true},
+		"a completed request drops it":             {reqs, bloodravenv1alpha1.OperationStatus{ID: "req-1", Phase: bloodravenv1alpha1.PhaseCompleted}, false},
+		"a failed request drops it":                {reqs, bloodravenv1alpha1.OperationStatus{ID: "req-1", Phase: bloodravenv1alpha1.PhaseFailed}, false},
+		"a removed request drops it":               {nil, bloodravenv1alpha1.OperationStatus{ID: "req-1", Phase: bloodravenv1alpha1.PhaseDeferred}, false},
+		"a replaced request drops it":              {[]Request{{Operation: bloodravenv1alpha1.OperationPlannedFailover, ID: "req-2"}}, bloodravenv1alpha1.OperationStatus{}, false},
+		"an earlier request's completion keeps it": {reqs, bloodravenv1alpha1.OperationStatus{ID: "req-0", Phase: bloodravenv1alpha1.PhaseCompleted}, true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -91,7 +91,7 @@ func TestDeferralBudgetStands(t *testing.T) {
 			}
 		})
 	}
-	if DeferralBudgetSpent([]v1.DeferralBudget{b}) || !DeferralBudgetSpent([]v1.DeferralBudget{b, {Exhausted: true}}) {
+	if DeferralBudgetSpent([]bloodravenv1alpha1.DeferralBudget{b}) || !DeferralBudgetSpent([]bloodravenv1alpha1.DeferralBudget{b, {Exhausted: true}}) {
 		t.Fatal("DeferralBudgetSpent")
 	}
 }

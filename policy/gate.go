@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -34,7 +34,7 @@ const (
 // operation id is a new tenure (a new grant), which it does not cover. A
 // status written before tenures were recorded (no
 // LastVerifiedTenureStart) covers the operation id's record as it stands.
-func GateRecorded(st *v1.MysqlDatabaseStatus, rec *leases.Record) bool {
+func GateRecorded(st *bloodravenv1alpha1.MysqlDatabaseStatus, rec *leases.Record) bool {
 	if st.PendingVerification != nil {
 		return true
 	}
@@ -48,7 +48,7 @@ func GateRecorded(st *v1.MysqlDatabaseStatus, rec *leases.Record) bool {
 
 // VerificationPending is the operation a database waits on, and the
 // generation it was granted under; ok is false when the gate is open.
-func VerificationPending(st *v1.MysqlDatabaseStatus) (op string, generation int64, ok bool) {
+func VerificationPending(st *bloodravenv1alpha1.MysqlDatabaseStatus) (op string, generation int64, ok bool) {
 	if p := st.PendingVerification; p != nil {
 		return p.OperationID, p.TopologyGeneration, true
 	}
@@ -58,12 +58,12 @@ func VerificationPending(st *v1.MysqlDatabaseStatus) (op string, generation int6
 // CloseGate returns the status with rec's operation pending verification
 // and the condition True; changed is false when the status already
 // accounts for it (GateRecorded) or rec has no unconfirmed DDL.
-func CloseGate(st v1.MysqlDatabaseStatus, rec *leases.Record, observedGeneration int64, now time.Time) (next v1.MysqlDatabaseStatus, changed bool) {
+func CloseGate(st bloodravenv1alpha1.MysqlDatabaseStatus, rec *leases.Record, observedGeneration int64, now time.Time) (next bloodravenv1alpha1.MysqlDatabaseStatus, changed bool) {
 	if !rec.UnconfirmedDDL(now) || GateRecorded(&st, rec) {
 		return st, false
 	}
 	next = *st.DeepCopy()
-	p := &v1.SchemaVerification{OperationID: rec.OperationID, TopologyGeneration: rec.Generation,
+	p := &bloodravenv1alpha1.SchemaVerification{OperationID: rec.OperationID, TopologyGeneration: rec.Generation,
 		TenureStart: microTime(tenureStart(rec)), Ended: string(rec.EndedAs()), Since: metav1.NewTime(now)}
 	if rec.State == leases.StateRevoked {
 		p.Reason = rec.Reason
@@ -72,14 +72,14 @@ func CloseGate(st v1.MysqlDatabaseStatus, rec *leases.Record, observedGeneration
 	meta.SetStatusCondition(&next.Conditions, metav1.Condition{Type: ConditionSchemaVerificationRequired, Status: metav1.ConditionTrue,
 		Reason: ReasonUnconfirmedDDL, ObservedGeneration: observedGeneration, LastTransitionTime: metav1.NewTime(now),
 		Message: fmt.Sprintf("migration %s (topologyGeneration %d) ended (%s) after its DDL boundary without confirming its end: "+
-			"check the schema, then set the annotation %s=%s", rec.OperationID, rec.Generation, p.Ended, v1.SchemaVerifiedAnnotation, rec.OperationID)})
+			"check the schema, then set the annotation %s=%s", rec.OperationID, rec.Generation, p.Ended, bloodravenv1alpha1.SchemaVerifiedAnnotation, rec.OperationID)})
 	return next, true
 }
 
 // Verification is what OpenGate decided.
 type Verification struct {
 	// Status to write when Opened.
-	Status v1.MysqlDatabaseStatus
+	Status bloodravenv1alpha1.MysqlDatabaseStatus
 	// Opened: the annotation named the pending operation; the gate opens.
 	Opened bool
 	// RemoveAnnotation: the annotation names the operation last verified
@@ -93,7 +93,7 @@ type Verification struct {
 // condition False. One naming the last verified operation is removed. Any
 // other value is left alone: it names no operation the gate waits on, and
 // the condition's message names the one it does.
-func OpenGate(st v1.MysqlDatabaseStatus, annotation string, present bool, observedGeneration int64, now time.Time) Verification {
+func OpenGate(st bloodravenv1alpha1.MysqlDatabaseStatus, annotation string, present bool, observedGeneration int64, now time.Time) Verification {
 	if !present {
 		return Verification{Status: st}
 	}

@@ -6,15 +6,15 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 )
 
 func TestCloseGate(t *testing.T) {
 	live, past := t0.Add(10*time.Second), t0.Add(-time.Second)
-	pending := v1.MysqlDatabaseStatus{PendingVerification: &v1.SchemaVerification{OperationID: "z"}}
+	pending := bloodravenv1alpha1.MysqlDatabaseStatus{PendingVerification: &bloodravenv1alpha1.SchemaVerification{OperationID: "z"}}
 	tests := map[string]struct {
-		st        v1.MysqlDatabaseStatus
+		st        bloodravenv1alpha1.MysqlDatabaseStatus
 		rec       *leases.Record
 		changed   bool
 		wantEnded string
@@ -25,7 +25,7 @@ func TestCloseGate(t *testing.T) {
 		"a live one does not":                                        {rec: ddl(rec("a", leases.StateActive, 7, live))},
 		"one that confirmed its end does not":                        {rec: phased(rec("a", leases.StateReleased, 7, live), leases.PhaseDone)},
 		"one that ended before its boundary does not":                {rec: rec("a", leases.StateReleased, 7, live)},
-		"one already verified does not close it again":               {st: v1.MysqlDatabaseStatus{LastVerifiedOperationID: "a"}, rec: ddl(rec("a", leases.StateReleased, 7, live))},
+		"one already verified does not close it again":               {st: bloodravenv1alpha1.MysqlDatabaseStatus{LastVerifiedOperationID: "a"}, rec: ddl(rec("a", leases.StateReleased, 7, live))},
 		"a gate already closed keeps its operation":                  {st: pending, rec: ddl(rec("a", leases.StateReleased, 7, live))},
 		// Issue 35, item 4: verification covers one tenure.
 		"the verified tenure does not close it again": {st: verifiedTenure("a", t0.Add(-time.Hour)), rec: tenureOf(ddl(rec("a", leases.StateReleased, 7, live)), t0.Add(-time.Hour))},
@@ -71,8 +71,8 @@ func tenureOf(r *leases.Record, at time.Time) *leases.Record {
 
 // verifiedTenure is a status whose gate a person opened for op's tenure
 // begun at start.
-func verifiedTenure(op string, start time.Time) v1.MysqlDatabaseStatus {
-	return v1.MysqlDatabaseStatus{LastVerifiedOperationID: op, LastVerifiedTenureStart: microTime(start)}
+func verifiedTenure(op string, start time.Time) bloodravenv1alpha1.MysqlDatabaseStatus {
+	return bloodravenv1alpha1.MysqlDatabaseStatus{LastVerifiedOperationID: op, LastVerifiedTenureStart: microTime(start)}
 }
 
 // Issue 35, item 4: op X's runner dies past mark-ddl (gated), a person
@@ -81,7 +81,7 @@ func verifiedTenure(op string, start time.Time) v1.MysqlDatabaseStatus {
 // later tenure of X, and a new operation ran over a half-applied change.
 func TestVerificationCoversOneTenure(t *testing.T) {
 	first := tenureOf(ddl(rec("x", leases.StateActive, 7, t0.Add(-time.Second))), t0.Add(-time.Hour))
-	closed, changed := CloseGate(v1.MysqlDatabaseStatus{}, first, 1, t0)
+	closed, changed := CloseGate(bloodravenv1alpha1.MysqlDatabaseStatus{}, first, 1, t0)
 	if !changed || closed.PendingVerification.TenureStart == nil || !closed.PendingVerification.TenureStart.Time.Equal(t0.Add(-time.Hour)) {
 		t.Fatalf("first tenure's gate: %+v", closed.PendingVerification)
 	}
@@ -100,9 +100,9 @@ func TestVerificationCoversOneTenure(t *testing.T) {
 }
 
 func TestOpenGate(t *testing.T) {
-	closed, _ := CloseGate(v1.MysqlDatabaseStatus{}, ddl(rec("a", leases.StateReleased, 7, t0)), 1, t0.Add(time.Second))
+	closed, _ := CloseGate(bloodravenv1alpha1.MysqlDatabaseStatus{}, ddl(rec("a", leases.StateReleased, 7, t0)), 1, t0.Add(time.Second))
 	tests := map[string]struct {
-		st         v1.MysqlDatabaseStatus
+		st         bloodravenv1alpha1.MysqlDatabaseStatus
 		annotation string
 		present    bool
 		opened     bool
@@ -112,8 +112,8 @@ func TestOpenGate(t *testing.T) {
 		"another operation's annotation is left alone":              {st: closed, annotation: "b", present: true},
 		"an empty annotation is left alone":                         {st: closed, annotation: "", present: true},
 		"no annotation, nothing":                                    {st: closed},
-		"the last verified operation's annotation is removed":       {st: v1.MysqlDatabaseStatus{LastVerifiedOperationID: "a"}, annotation: "a", present: true, remove: true},
-		"an annotation on an open gate naming nothing is left":      {st: v1.MysqlDatabaseStatus{LastVerifiedOperationID: "a"}, annotation: "b", present: true},
+		"the last verified operation's annotation is removed":       {st: bloodravenv1alpha1.MysqlDatabaseStatus{LastVerifiedOperationID: "a"}, annotation: "a", present: true, remove: true},
+		"an annotation on an open gate naming nothing is left":      {st: bloodravenv1alpha1.MysqlDatabaseStatus{LastVerifiedOperationID: "a"}, annotation: "b", present: true},
 		"an annotation before any gate closed is left for its gate": {annotation: "a", present: true},
 	}
 	for name, tc := range tests {

@@ -1,6 +1,6 @@
 package policy
 
-import v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+import bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 
 // OperationStep is what a planned operation does next. The controller acts
 // on it in one switch per operation, persists the progress, and asks again.
@@ -37,7 +37,7 @@ const (
 // on.
 type PlannedFailoverInput struct {
 	Requested  bool
-	Phase      v1.PlannedFailoverPhase
+	Phase      bloodravenv1alpha1.PlannedFailoverPhase
 	Target     string
 	ActiveSite string
 	Transition bool
@@ -49,13 +49,13 @@ func NextPlannedFailoverStep(in PlannedFailoverInput) OperationStep {
 	switch {
 	case !in.Requested:
 		return StepNone
-	case in.Phase == v1.PlannedFailoverPhaseCompleted || in.Phase == v1.PlannedFailoverPhaseFailed:
+	case in.Phase == bloodravenv1alpha1.PlannedFailoverPhaseCompleted || in.Phase == bloodravenv1alpha1.PlannedFailoverPhaseFailed:
 		return StepNone
-	case in.Phase == v1.PlannedFailoverPhasePromoting && in.Transition:
+	case in.Phase == bloodravenv1alpha1.PlannedFailoverPhasePromoting && in.Transition:
 		return StepWaitTransition
-	case in.Phase == v1.PlannedFailoverPhasePromoting && in.ActiveSite == in.Target:
+	case in.Phase == bloodravenv1alpha1.PlannedFailoverPhasePromoting && in.ActiveSite == in.Target:
 		return StepComplete
-	case in.Phase == v1.PlannedFailoverPhasePromoting:
+	case in.Phase == bloodravenv1alpha1.PlannedFailoverPhasePromoting:
 		return StepPromote // reserved, not yet announced
 	case in.ActiveSite == "":
 		return StepWaitBootstrap
@@ -69,7 +69,7 @@ func NextPlannedFailoverStep(in PlannedFailoverInput) OperationStep {
 type OrderedUpdateInput struct {
 	Revision, UpdatedRevision string
 	ActiveSite                string
-	Phase                     v1.OperationPhase
+	Phase                     bloodravenv1alpha1.OperationPhase
 	Transition                bool
 }
 
@@ -80,16 +80,16 @@ func NextOrderedUpdateStep(in OrderedUpdateInput) OperationStep {
 		return StepNone
 	}
 	switch in.Phase {
-	case v1.PhaseNone, v1.PhaseCompleted, v1.PhaseFailed, v1.PhaseAdmitting, v1.PhaseDeferred:
+	case bloodravenv1alpha1.PhaseNone, bloodravenv1alpha1.PhaseCompleted, bloodravenv1alpha1.PhaseFailed, bloodravenv1alpha1.PhaseAdmitting, bloodravenv1alpha1.PhaseDeferred:
 		return StepAdmit
-	case v1.PhaseUpdatingReplicas:
+	case bloodravenv1alpha1.PhaseUpdatingReplicas:
 		return StepUpdateReplicas
-	case v1.PhaseFailingOver:
+	case bloodravenv1alpha1.PhaseFailingOver:
 		if in.Transition {
 			return StepWaitTransition
 		}
 		return StepPromote
-	case v1.PhaseUpdatingFormerPrimary:
+	case bloodravenv1alpha1.PhaseUpdatingFormerPrimary:
 		return StepUpdateAll
 	}
 	return StepInvalid
@@ -100,7 +100,7 @@ func NextOrderedUpdateStep(in OrderedUpdateInput) OperationStep {
 type RestoreInPlaceInput struct {
 	Requested  bool
 	ActiveSite string
-	Phase      v1.OperationPhase
+	Phase      bloodravenv1alpha1.OperationPhase
 	Transition bool
 }
 
@@ -111,13 +111,13 @@ func NextRestoreInPlaceStep(in RestoreInPlaceInput) OperationStep {
 		return StepNone
 	}
 	switch in.Phase {
-	case v1.PhaseCompleted, v1.PhaseFailed:
+	case bloodravenv1alpha1.PhaseCompleted, bloodravenv1alpha1.PhaseFailed:
 		return StepNone
-	case v1.PhaseNone, v1.PhaseAdmitting, v1.PhaseDeferred:
+	case bloodravenv1alpha1.PhaseNone, bloodravenv1alpha1.PhaseAdmitting, bloodravenv1alpha1.PhaseDeferred:
 		return StepAdmit
-	case v1.PhaseRestoring:
+	case bloodravenv1alpha1.PhaseRestoring:
 		return StepRestore
-	case v1.PhasePromoting:
+	case bloodravenv1alpha1.PhasePromoting:
 		if in.Transition {
 			return StepWaitTransition
 		}

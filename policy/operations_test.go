@@ -3,7 +3,7 @@ package policy
 import (
 	"testing"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
 func TestNextPlannedFailoverStep(t *testing.T) {
@@ -13,16 +13,22 @@ func TestNextPlannedFailoverStep(t *testing.T) {
 		in   PlannedFailoverInput
 		want OperationStep
 	}{
-		"no request":                                         {in: PlannedFailoverInput{}, want: StepNone},
-		"a new request is admitted first":                    {in: with(func(in *PlannedFailoverInput) { in.Phase = v1.PlannedFailoverPhaseAdmitting }), want: StepAdmit},
-		"a deferred request is admitted again":               {in: with(func(in *PlannedFailoverInput) { in.Phase = v1.PlannedFailoverPhaseDeferred }), want: StepAdmit},
-		"before bootstrap it waits":                          {in: with(func(in *PlannedFailoverInput) { in.ActiveSite = "" }), want: StepWaitBootstrap},
-		"the target is already active":                       {in: with(func(in *PlannedFailoverInput) { in.Target = "iad" }), want: StepComplete},
-		"promoting, the transition is the safety paths' own": {in: with(func(in *PlannedFailoverInput) { in.Phase, in.Transition = v1.PlannedFailoverPhasePromoting, true }), want: StepWaitTransition},
-		"promoting, reserved but not announced":              {in: with(func(in *PlannedFailoverInput) { in.Phase, in.Reserved = v1.PlannedFailoverPhasePromoting, true }), want: StepPromote},
-		"promoting, the target became active":                {in: with(func(in *PlannedFailoverInput) { in.Phase, in.ActiveSite = v1.PlannedFailoverPhasePromoting, "pdx" }), want: StepComplete},
-		"completed":                                          {in: with(func(in *PlannedFailoverInput) { in.Phase = v1.PlannedFailoverPhaseCompleted }), want: StepNone},
-		"failed":                                             {in: with(func(in *PlannedFailoverInput) { in.Phase = v1.PlannedFailoverPhaseFailed }), want: StepNone},
+		"no request":                           {in: PlannedFailoverInput{}, want: StepNone},
+		"a new request is admitted first":      {in: with(func(in *PlannedFailoverInput) { in.Phase = bloodravenv1alpha1.PlannedFailoverPhaseAdmitting }), want: StepAdmit},
+		"a deferred request is admitted again": {in: with(func(in *PlannedFailoverInput) { in.Phase = bloodravenv1alpha1.PlannedFailoverPhaseDeferred }), want: StepAdmit},
+		"before bootstrap it waits":            {in: with(func(in *PlannedFailoverInput) { in.ActiveSite = "" }), want: StepWaitBootstrap},
+		"the target is already active":         {in: with(func(in *PlannedFailoverInput) { in.Target = "iad" }), want: StepComplete},
+		"promoting, the transition is the safety paths' own": {in: with(func(in *PlannedFailoverInput) {
+			in.Phase, in.Transition = bloodravenv1alpha1.PlannedFailoverPhasePromoting, true
+		}), want: StepWaitTransition},
+		"promoting, reserved but not announced": {in: with(func(in *PlannedFailoverInput) {
+			in.Phase, in.Reserved = bloodravenv1alpha1.PlannedFailoverPhasePromoting, true
+		}), want: StepPromote},
+		"promoting, the target became active": {in: with(func(in *PlannedFailoverInput) {
+			in.Phase, in.ActiveSite = bloodravenv1alpha1.PlannedFailoverPhasePromoting, "pdx"
+		}), want: StepComplete},
+		"completed": {in: with(func(in *PlannedFailoverInput) { in.Phase = bloodravenv1alpha1.PlannedFailoverPhaseCompleted }), want: StepNone},
+		"failed":    {in: with(func(in *PlannedFailoverInput) { in.Phase = bloodravenv1alpha1.PlannedFailoverPhaseFailed }), want: StepNone},
 	}
 	for name, tc := range tests {
 		if got := NextPlannedFailoverStep(tc.in); got != tc.want {
@@ -32,7 +38,7 @@ func TestNextPlannedFailoverStep(t *testing.T) {
 }
 
 func TestNextOrderedUpdateStep(t *testing.T) {
-	in := func(phase v1.OperationPhase, transition bool) OrderedUpdateInput {
+	in := func(phase bloodravenv1alpha1.OperationPhase, transition bool) OrderedUpdateInput {
 		return OrderedUpdateInput{Revision: "r7", ActiveSite: "iad", Phase: phase, Transition: transition}
 	}
 	tests := map[string]struct {
@@ -42,13 +48,13 @@ func TestNextOrderedUpdateStep(t *testing.T) {
 		"no revision":                        {in: OrderedUpdateInput{ActiveSite: "iad"}, want: StepNone},
 		"the revision is already applied":    {in: OrderedUpdateInput{Revision: "r7", UpdatedRevision: "r7", ActiveSite: "iad"}, want: StepNone},
 		"before bootstrap":                   {in: OrderedUpdateInput{Revision: "r7"}, want: StepNone},
-		"a new revision is admitted first":   {in: in(v1.PhaseNone, false), want: StepAdmit},
-		"after a failed one, admitted again": {in: in(v1.PhaseFailed, false), want: StepAdmit},
-		"replicas first":                     {in: in(v1.PhaseUpdatingReplicas, false), want: StepUpdateReplicas},
-		"then the failover":                  {in: in(v1.PhaseFailingOver, false), want: StepPromote},
-		"a failover under way is waited for": {in: in(v1.PhaseFailingOver, true), want: StepWaitTransition},
-		"then every site":                    {in: in(v1.PhaseUpdatingFormerPrimary, false), want: StepUpdateAll},
-		"a phase of another operation":       {in: in(v1.PhaseRestoring, false), want: StepInvalid},
+		"a new revision is admitted first":   {in: in(bloodravenv1alpha1.PhaseNone, false), want: StepAdmit},
+		"after a failed one, admitted again": {in: in(bloodravenv1alpha1.PhaseFailed, false), want: StepAdmit},
+		"replicas first":                     {in: in(bloodravenv1alpha1.PhaseUpdatingReplicas, false), want: StepUpdateReplicas},
+		"then the failover":                  {in: in(bloodravenv1alpha1.PhaseFailingOver, false), want: StepPromote},
+		"a failover under way is waited for": {in: in(bloodravenv1alpha1.PhaseFailingOver, true), want: StepWaitTransition},
+		"then every site":                    {in: in(bloodravenv1alpha1.PhaseUpdatingFormerPrimary, false), want: StepUpdateAll},
+		"a phase of another operation":       {in: in(bloodravenv1alpha1.PhaseRestoring, false), want: StepInvalid},
 	}
 	for name, tc := range tests {
 		if got := NextOrderedUpdateStep(tc.in); got != tc.want {
@@ -58,7 +64,7 @@ func TestNextOrderedUpdateStep(t *testing.T) {
 }
 
 func TestNextRestoreInPlaceStep(t *testing.T) {
-	in := func(phase v1.OperationPhase, transition bool) RestoreInPlaceInput {
+	in := func(phase bloodravenv1alpha1.OperationPhase, transition bool) RestoreInPlaceInput {
 		return RestoreInPlaceInput{Requested: true, ActiveSite: "iad", Phase: phase, Transition: transition}
 	}
 	tests := map[string]struct {
@@ -66,12 +72,12 @@ func TestNextRestoreInPlaceStep(t *testing.T) {
 		want OperationStep
 	}{
 		"no request":                          {in: RestoreInPlaceInput{ActiveSite: "iad"}, want: StepNone},
-		"admitted first":                      {in: in(v1.PhaseAdmitting, false), want: StepAdmit},
-		"then restored":                       {in: in(v1.PhaseRestoring, false), want: StepRestore},
-		"then promoted":                       {in: in(v1.PhasePromoting, false), want: StepPromote},
-		"a promotion under way is waited for": {in: in(v1.PhasePromoting, true), want: StepWaitTransition},
-		"completed":                           {in: in(v1.PhaseCompleted, false), want: StepNone},
-		"a phase of another operation":        {in: in(v1.PhaseFailingOver, false), want: StepInvalid},
+		"admitted first":                      {in: in(bloodravenv1alpha1.PhaseAdmitting, false), want: StepAdmit},
+		"then restored":                       {in: in(bloodravenv1alpha1.PhaseRestoring, false), want: StepRestore},
+		"then promoted":                       {in: in(bloodravenv1alpha1.PhasePromoting, false), want: StepPromote},
+		"a promotion under way is waited for": {in: in(bloodravenv1alpha1.PhasePromoting, true), want: StepWaitTransition},
+		"completed":                           {in: in(bloodravenv1alpha1.PhaseCompleted, false), want: StepNone},
+		"a phase of another operation":        {in: in(bloodravenv1alpha1.PhaseFailingOver, false), want: StepInvalid},
 	}
 	for name, tc := range tests {
 		if got := NextRestoreInPlaceStep(tc.in); got != tc.want {

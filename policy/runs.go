@@ -6,7 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -21,7 +21,7 @@ import (
 // by another writer; it never moves the run back: an ended run stays ended
 // unless the record is a later tenure (taken again after the run's end), a
 // reported outcome is never dropped, and the phase only moves forward.
-func RunStatus(prev v1.DeployRunStatus, rec *leases.Record, now time.Time) v1.DeployRunStatus {
+func RunStatus(prev bloodravenv1alpha1.DeployRunStatus, rec *leases.Record, now time.Time) bloodravenv1alpha1.DeployRunStatus {
 	if runBehind(prev, rec, now) {
 		return prev
 	}
@@ -29,41 +29,41 @@ func RunStatus(prev v1.DeployRunStatus, rec *leases.Record, now time.Time) v1.De
 	if p, ok := leases.ParsePhase(prev.Phase); ok && p.After(phase) {
 		phase = p
 	}
-	out := v1.DeployRunStatus{Phase: string(phase), StartTime: prev.StartTime}
+	out := bloodravenv1alpha1.DeployRunStatus{Phase: string(phase), StartTime: prev.StartTime}
 	if out.StartTime == nil {
 		out.StartTime = microTime(tenureStart(rec))
 	}
 	var end time.Time
 	switch {
 	case rec.Live(now):
-		out.Outcome = v1.DeployRunRunning
+		out.Outcome = bloodravenv1alpha1.DeployRunRunning
 		return out
 	case rec.State == leases.StateReleased:
-		out.LeaseEnd, end = v1.LeaseReleased, rec.EndedAt
+		out.LeaseEnd, end = bloodravenv1alpha1.LeaseReleased, rec.EndedAt
 		if end.IsZero() {
 			end = rec.RenewedAt
 		}
 	case rec.State == leases.StateRevoked:
-		out.LeaseEnd, end = v1.LeaseRevoked, rec.RevokedAt
+		out.LeaseEnd, end = bloodravenv1alpha1.LeaseRevoked, rec.RevokedAt
 		out.RevocationReason, out.RevokedAtGeneration = rec.Reason, rec.RevokedAtGeneration
 	default: // active past its expiry, or recorded expired
-		out.LeaseEnd, end = v1.LeaseExpired, rec.ExpiresAt
+		out.LeaseEnd, end = bloodravenv1alpha1.LeaseExpired, rec.ExpiresAt
 	}
 	out.EndTime = microTime(end)
-	out.Outcome = v1.DeployRunOutcome(out.LeaseEnd)
+	out.Outcome = bloodravenv1alpha1.DeployRunOutcome(out.LeaseEnd)
 	if rec.Outcome != "" {
-		out.Outcome = v1.DeployRunOutcome(rec.Outcome)
+		out.Outcome = bloodravenv1alpha1.DeployRunOutcome(rec.Outcome)
 	}
 	return out
 }
 
 // runBehind tells whether rec is older than what prev records.
-func runBehind(prev v1.DeployRunStatus, rec *leases.Record, now time.Time) bool {
+func runBehind(prev bloodravenv1alpha1.DeployRunStatus, rec *leases.Record, now time.Time) bool {
 	if prev.LeaseEnd == "" {
 		return false // running (or new): any record is as new
 	}
 	if rec.Live(now) {
-		if prev.LeaseEnd == v1.LeaseExpired && prev.EndTime != nil && rec.ExpiresAt.After(prev.EndTime.Time) {
+		if prev.LeaseEnd == bloodravenv1alpha1.LeaseExpired && prev.EndTime != nil && rec.ExpiresAt.After(prev.EndTime.Time) {
 			// Renewed past the expiry recorded: that expiry was judged on a
 			// record older than the renewal (a take-over or expiry that
 			// then lost its compare-and-swap), and the run goes on.
@@ -81,11 +81,11 @@ func tenureStart(rec *leases.Record) time.Time { return rec.TenureStart() }
 // RunReported is st with the outcome its client reported after its record
 // was replaced (the report could not go on the record): only an ended run
 // that carries no report yet takes it.
-func RunReported(st v1.DeployRunStatus, outcome leases.Outcome) (v1.DeployRunStatus, bool) {
+func RunReported(st bloodravenv1alpha1.DeployRunStatus, outcome leases.Outcome) (bloodravenv1alpha1.DeployRunStatus, bool) {
 	if _, reported := leases.ParseOutcome(string(st.Outcome)); reported || st.LeaseEnd == "" || outcome == "" {
 		return st, false
 	}
-	st.Outcome = v1.DeployRunOutcome(outcome)
+	st.Outcome = bloodravenv1alpha1.DeployRunOutcome(outcome)
 	return st, true
 }
 
@@ -106,11 +106,11 @@ func RunBackstopDue(rec *leases.Record, now time.Time) bool {
 // record was replaced (another operation took the lapsed mutex) before the
 // operator saw how it ended: it ended, at an unknown time, in an unknown
 // way. A run that already ended is returned unchanged.
-func RunLost(prev v1.DeployRunStatus) v1.DeployRunStatus {
-	if prev.Outcome != v1.DeployRunRunning && prev.Outcome != "" {
+func RunLost(prev bloodravenv1alpha1.DeployRunStatus) bloodravenv1alpha1.DeployRunStatus {
+	if prev.Outcome != bloodravenv1alpha1.DeployRunRunning && prev.Outcome != "" {
 		return prev
 	}
-	prev.Outcome, prev.LeaseEnd = v1.DeployRunUnknown, v1.LeaseUnknown
+	prev.Outcome, prev.LeaseEnd = bloodravenv1alpha1.DeployRunUnknown, bloodravenv1alpha1.LeaseUnknown
 	return prev
 }
 
@@ -119,8 +119,8 @@ func RunLost(prev v1.DeployRunStatus) v1.DeployRunStatus {
 // running, and current's tenure (another operation's, or a later tenure of
 // op, which has a run of its own) began after the run did. A cached current older than the run (the run's grant
 // not seen yet) displaces nothing.
-func RunDisplaced(op string, st v1.DeployRunStatus, current *leases.Record) bool {
-	return st.Outcome == v1.DeployRunRunning && current != nil && st.StartTime != nil &&
+func RunDisplaced(op string, st bloodravenv1alpha1.DeployRunStatus, current *leases.Record) bool {
+	return st.Outcome == bloodravenv1alpha1.DeployRunRunning && current != nil && st.StartTime != nil &&
 		st.StartTime.Before(microTime(tenureStart(current)))
 }
 

@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -25,30 +25,30 @@ func TestRunStatus(t *testing.T) {
 		r.Reason, r.RevokedAt, r.RevokedAtGeneration = leases.ReasonTopologyChanged, t0.Add(-3*time.Second), 8
 		return r
 	}
-	ended := v1.DeployRunStatus{Outcome: v1.DeployRunLostAfterDDL, Phase: "ddl", LeaseEnd: v1.LeaseRevoked,
+	ended := bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunLostAfterDDL, Phase: "ddl", LeaseEnd: bloodravenv1alpha1.LeaseRevoked,
 		StartTime: mt(granted), EndTime: mt(t0.Add(-3 * time.Second)), RevocationReason: leases.ReasonTopologyChanged, RevokedAtGeneration: 8}
 	tests := map[string]struct {
-		prev v1.DeployRunStatus
+		prev bloodravenv1alpha1.DeployRunStatus
 		rec  *leases.Record
-		want v1.DeployRunStatus
+		want bloodravenv1alpha1.DeployRunStatus
 	}{
 		"a live mutex is a running run that started at its tenure": {
 			rec:  started(rec("a", leases.StateActive, 7, live)),
-			want: v1.DeployRunStatus{Outcome: v1.DeployRunRunning, Phase: "pre-ddl", StartTime: mt(granted)}},
+			want: bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunRunning, Phase: "pre-ddl", StartTime: mt(granted)}},
 		"the DDL boundary shows while it runs": {
 			rec:  ddl(started(rec("a", leases.StateActive, 7, live))),
-			want: v1.DeployRunStatus{Outcome: v1.DeployRunRunning, Phase: "ddl", StartTime: mt(granted)}},
+			want: bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunRunning, Phase: "ddl", StartTime: mt(granted)}},
 		"a release reporting success is a succeeded run": {
 			rec: phased(released(started(rec("a", leases.StateReleased, 7, live)), leases.OutcomeSucceeded), leases.PhaseDone),
-			want: v1.DeployRunStatus{Outcome: v1.DeployRunSucceeded, Phase: "done", LeaseEnd: v1.LeaseReleased,
+			want: bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunSucceeded, Phase: "done", LeaseEnd: bloodravenv1alpha1.LeaseReleased,
 				StartTime: mt(granted), EndTime: mt(t0.Add(-2 * time.Second))}},
 		"a release without a report is a released run": {
 			rec: released(started(rec("a", leases.StateReleased, 7, live)), ""),
-			want: v1.DeployRunStatus{Outcome: v1.DeployRunReleased, Phase: "pre-ddl", LeaseEnd: v1.LeaseReleased,
+			want: bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunReleased, Phase: "pre-ddl", LeaseEnd: bloodravenv1alpha1.LeaseReleased,
 				StartTime: mt(granted), EndTime: mt(t0.Add(-2 * time.Second))}},
 		"a move's revocation names the reason and the generation it wrote": {
 			rec: revoked(ddl(started(rec("a", leases.StateRevoked, 7, live)))),
-			want: v1.DeployRunStatus{Outcome: v1.DeployRunRevoked, Phase: "ddl", LeaseEnd: v1.LeaseRevoked,
+			want: bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunRevoked, Phase: "ddl", LeaseEnd: bloodravenv1alpha1.LeaseRevoked,
 				StartTime: mt(granted), EndTime: mt(t0.Add(-3 * time.Second)), RevocationReason: leases.ReasonTopologyChanged, RevokedAtGeneration: 8}},
 		"a revoked run keeps the outcome its client reported after it": {
 			rec: func() *leases.Record {
@@ -59,26 +59,26 @@ func TestRunStatus(t *testing.T) {
 			want: ended},
 		"a mutex past its expiry is an expired run, ended at the expiry": {
 			rec: started(rec("a", leases.StateActive, 7, past)),
-			want: v1.DeployRunStatus{Outcome: v1.DeployRunExpired, Phase: "pre-ddl", LeaseEnd: v1.LeaseExpired,
+			want: bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunExpired, Phase: "pre-ddl", LeaseEnd: bloodravenv1alpha1.LeaseExpired,
 				StartTime: mt(granted), EndTime: mt(past)}},
 		"a stale live record does not reopen an ended run": {
 			prev: ended, rec: ddl(started(rec("a", leases.StateActive, 7, live))), want: ended},
 		"a stale ended record does not drop a reported outcome": {
 			prev: ended, rec: revoked(ddl(started(rec("a", leases.StateRevoked, 7, live)))), want: ended},
 		"a stale record does not move the phase back": {
-			prev: v1.DeployRunStatus{Outcome: v1.DeployRunRunning, Phase: "ddl", StartTime: mt(granted)},
+			prev: bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunRunning, Phase: "ddl", StartTime: mt(granted)},
 			rec:  started(rec("a", leases.StateActive, 7, live)),
-			want: v1.DeployRunStatus{Outcome: v1.DeployRunRunning, Phase: "ddl", StartTime: mt(granted)}},
+			want: bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunRunning, Phase: "ddl", StartTime: mt(granted)}},
 		"a record renewed past an expiry judged on an older one runs again": {
-			prev: v1.DeployRunStatus{Outcome: v1.DeployRunExpired, Phase: "pre-ddl", LeaseEnd: v1.LeaseExpired,
+			prev: bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunExpired, Phase: "pre-ddl", LeaseEnd: bloodravenv1alpha1.LeaseExpired,
 				StartTime: mt(granted), EndTime: mt(past)},
 			rec:  started(rec("a", leases.StateActive, 7, live)),
-			want: v1.DeployRunStatus{Outcome: v1.DeployRunRunning, Phase: "pre-ddl", StartTime: mt(granted)}},
+			want: bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunRunning, Phase: "pre-ddl", StartTime: mt(granted)}},
 		"a later tenure of the same operation runs again, from its first start": {
-			prev: v1.DeployRunStatus{Outcome: v1.DeployRunExpired, Phase: "pre-ddl", LeaseEnd: v1.LeaseExpired,
+			prev: bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunExpired, Phase: "pre-ddl", LeaseEnd: bloodravenv1alpha1.LeaseExpired,
 				StartTime: mt(granted.Add(-time.Hour)), EndTime: mt(granted.Add(-time.Minute))},
 			rec:  started(rec("a", leases.StateActive, 7, live)),
-			want: v1.DeployRunStatus{Outcome: v1.DeployRunRunning, Phase: "pre-ddl", StartTime: mt(granted.Add(-time.Hour))}},
+			want: bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunRunning, Phase: "pre-ddl", StartTime: mt(granted.Add(-time.Hour))}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -91,14 +91,14 @@ func TestRunStatus(t *testing.T) {
 
 func TestRunDisplaced(t *testing.T) {
 	granted := t0.Add(-time.Minute)
-	running := v1.DeployRunStatus{Outcome: v1.DeployRunRunning, StartTime: mt(granted)}
+	running := bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunRunning, StartTime: mt(granted)}
 	current := func(op string, since time.Time) *leases.Record {
 		r := rec(op, leases.StateActive, 7, t0.Add(time.Minute))
 		r.HeldSince = since
 		return r
 	}
 	tests := map[string]struct {
-		st      v1.DeployRunStatus
+		st      bloodravenv1alpha1.DeployRunStatus
 		current *leases.Record
 		want    bool
 	}{
@@ -107,8 +107,8 @@ func TestRunDisplaced(t *testing.T) {
 		"a later tenure of the same operation does (issue 35, item 4)": {st: running, current: current("a", t0), want: true},
 		"a record older than the run (a stale cache) does not":         {st: running, current: current("b", granted.Add(-time.Second))},
 		"no record displaces nothing":                                  {st: running},
-		"an ended run is not displaced":                                {st: v1.DeployRunStatus{Outcome: v1.DeployRunSucceeded, StartTime: mt(granted)}, current: current("b", t0)},
-		"a run without a recorded start is left to its record sync":    {st: v1.DeployRunStatus{Outcome: v1.DeployRunRunning}, current: current("b", t0)},
+		"an ended run is not displaced":                                {st: bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunSucceeded, StartTime: mt(granted)}, current: current("b", t0)},
+		"a run without a recorded start is left to its record sync":    {st: bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunRunning}, current: current("b", t0)},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -117,7 +117,7 @@ func TestRunDisplaced(t *testing.T) {
 			}
 		})
 	}
-	if got := RunLost(running); got.Outcome != v1.DeployRunUnknown || got.LeaseEnd != v1.LeaseUnknown || got.StartTime == nil {
+	if got := RunLost(running); got.Outcome != bloodravenv1alpha1.DeployRunUnknown || got.LeaseEnd != bloodravenv1alpha1.LeaseUnknown || got.StartTime == nil {
 		t.Fatalf("RunLost(running) = %+v, want outcome and leaseEnd unknown, the start kept", got)
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
 // Reasons a group is not stable, in the order they are checked. The first
@@ -16,10 +16,10 @@ const (
 	UnstableOrderedUpdate         = "OrderedUpdate"
 	UnstableRestoreInPlace        = "RestoreInPlace"
 	UnstableDragonflyUpgrade      = "DragonflyUpgrade"
-	UnstableAutomaticFailoverHeld = v1.ConditionAutomaticFailoverHeld
-	UnstableDegraded              = v1.ConditionDegraded
-	UnstableSplitBrain            = v1.ConditionSplitBrain
-	UnstableNoPrimary             = v1.ConditionNoPrimary
+	UnstableAutomaticFailoverHeld = bloodravenv1alpha1.ConditionAutomaticFailoverHeld
+	UnstableDegraded              = bloodravenv1alpha1.ConditionDegraded
+	UnstableSplitBrain            = bloodravenv1alpha1.ConditionSplitBrain
+	UnstableNoPrimary             = bloodravenv1alpha1.ConditionNoPrimary
 	UnstableRecoveryPending       = "RecoveryPending"
 	UnstableReplicationNotRunning = "ReplicationNotRunning"
 )
@@ -27,19 +27,19 @@ const (
 // Stability tells whether a group is stable and, when it is not, the first
 // cause. unstableReason is empty exactly when stable is true. Replication lag
 // never makes a group unstable: the lag threshold is the caller's policy.
-func Stability(st *v1.MysqlFailoverGroupStatus) (stable bool, unstableReason string) {
+func Stability(st *bloodravenv1alpha1.MysqlFailoverGroupStatus) (stable bool, unstableReason string) {
 	reason := firstUnstableCause(st)
 	return reason == "", reason
 }
 
-func firstUnstableCause(st *v1.MysqlFailoverGroupStatus) string {
+func firstUnstableCause(st *bloodravenv1alpha1.MysqlFailoverGroupStatus) string {
 	switch {
 	case st.Transition != nil:
 		return UnstableTopologyTransition
 	case st.Reservation != nil:
 		return UnstableOperationReserved
 	}
-	for _, name := range v1.PlannedOperations {
+	for _, name := range bloodravenv1alpha1.PlannedOperations {
 		if op := st.Operation(name, nil); op.Active() {
 			return unstableOperation(op)
 		}
@@ -47,13 +47,13 @@ func firstUnstableCause(st *v1.MysqlFailoverGroupStatus) string {
 	switch {
 	case st.DragonflyUpgrade.Active():
 		return UnstableDragonflyUpgrade
-	case conditionTrue(st.Conditions, v1.ConditionAutomaticFailoverHeld):
+	case conditionTrue(st.Conditions, bloodravenv1alpha1.ConditionAutomaticFailoverHeld):
 		return UnstableAutomaticFailoverHeld
-	case conditionTrue(st.Conditions, v1.ConditionDegraded) || st.Health.DegradedReason != "":
+	case conditionTrue(st.Conditions, bloodravenv1alpha1.ConditionDegraded) || st.Health.DegradedReason != "":
 		return UnstableDegraded
-	case conditionTrue(st.Conditions, v1.ConditionSplitBrain):
+	case conditionTrue(st.Conditions, bloodravenv1alpha1.ConditionSplitBrain):
 		return UnstableSplitBrain
-	case conditionTrue(st.Conditions, v1.ConditionNoPrimary) || st.ActiveSite == "":
+	case conditionTrue(st.Conditions, bloodravenv1alpha1.ConditionNoPrimary) || st.ActiveSite == "":
 		return UnstableNoPrimary
 	case st.Health.RecoveryPending:
 		return UnstableRecoveryPending
@@ -66,8 +66,8 @@ func firstUnstableCause(st *v1.MysqlFailoverGroupStatus) string {
 // unstableOperation is the unstableReason of a running planned operation:
 // its name, and for a planned failover also its phase (for example
 // PlannedFailoverDeferred), as DESIGN.md names them.
-func unstableOperation(op v1.OperationStatus) string {
-	if op.Name == v1.OperationPlannedFailover {
+func unstableOperation(op bloodravenv1alpha1.OperationStatus) string {
+	if op.Name == bloodravenv1alpha1.OperationPlannedFailover {
 		return UnstablePlannedFailoverPrefix + string(op.Phase)
 	}
 	return string(op.Name)

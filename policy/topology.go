@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/topology"
 )
 
@@ -283,8 +283,8 @@ func findSite(sites []topology.SiteState, name string) *topology.SiteState {
 // AutomaticFailoverHeld tells whether a planned failover holds the emergency
 // path, and why: only while it is Promoting. A merely Deferred failover never
 // does, or a failover-hold would delay emergency failover indirectly.
-func AutomaticFailoverHeld(pf *v1.PlannedFailoverStatus) (bool, string) {
-	if pf != nil && pf.Phase == v1.PlannedFailoverPhasePromoting {
+func AutomaticFailoverHeld(pf *bloodravenv1alpha1.PlannedFailoverStatus) (bool, string) {
+	if pf != nil && pf.Phase == bloodravenv1alpha1.PlannedFailoverPhasePromoting {
 		return true, "PlannedFailoverPromoting"
 	}
 	return false, "NoPlannedFailover"
@@ -363,8 +363,8 @@ type ConditionValue struct {
 
 // Observe turns a probe into status.health and the conditions Ready,
 // Degraded, SplitBrain and NoPrimary.
-func Observe(activeSite string, sites []topology.SiteState) (v1.Health, []ConditionValue) {
-	var h v1.Health
+func Observe(activeSite string, sites []topology.SiteState) (bloodravenv1alpha1.Health, []ConditionValue) {
+	var h bloodravenv1alpha1.Health
 	var writable, down, notReplicating []string
 	var activeOK bool
 	replicas := 0
@@ -398,10 +398,10 @@ func Observe(activeSite string, sites []topology.SiteState) (v1.Health, []Condit
 		h.DegradedReason = fmt.Sprintf("ReplicationStopped: %v", notReplicating)
 	}
 	conds := []ConditionValue{
-		{Type: v1.ConditionReady, True: h.Ready, Reason: boolReason(h.Ready, "PrimaryWritable", "NotReady")},
-		{Type: v1.ConditionDegraded, True: h.DegradedReason != "", Reason: boolReason(h.DegradedReason != "", "Degraded", "AllSitesHealthy"), Message: h.DegradedReason},
-		{Type: v1.ConditionSplitBrain, True: split, Reason: boolReason(split, "MultipleWritableSites", "SingleWriter"), Message: fmt.Sprintf("writable sites: %v", writable)},
-		{Type: v1.ConditionNoPrimary, True: noPrimary, Reason: boolReason(noPrimary, "NoConfirmedPrimary", "PrimaryConfirmed")},
+		{Type: bloodravenv1alpha1.ConditionReady, True: h.Ready, Reason: boolReason(h.Ready, "PrimaryWritable", "NotReady")},
+		{Type: bloodravenv1alpha1.ConditionDegraded, True: h.DegradedReason != "", Reason: boolReason(h.DegradedReason != "", "Degraded", "AllSitesHealthy"), Message: h.DegradedReason},
+		{Type: bloodravenv1alpha1.ConditionSplitBrain, True: split, Reason: boolReason(split, "MultipleWritableSites", "SingleWriter"), Message: fmt.Sprintf("writable sites: %v", writable)},
+		{Type: bloodravenv1alpha1.ConditionNoPrimary, True: noPrimary, Reason: boolReason(noPrimary, "NoConfirmedPrimary", "PrimaryConfirmed")},
 	}
 	return h, conds
 }

@@ -33,7 +33,7 @@ import (
 	"errors"
 	"fmt"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
 // SiteState is one site as probed.
@@ -48,31 +48,31 @@ type SiteState struct {
 // Driver acts on a group's data plane.
 type Driver interface {
 	// Probe observes every site of g, in spec order.
-	Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]SiteState, error)
+	Probe(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) ([]SiteState, error)
 	// Promote makes site the writable primary of g under generation. planned
 	// asks for a graceful switchover (FenceOthers first, failing when it
 	// fails) rather than an emergency promotion.
-	Promote(ctx context.Context, g *v1.MysqlFailoverGroup, site string, generation int64, planned bool) error
+	Promote(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, site string, generation int64, planned bool) error
 	// Fence makes site read-only.
-	Fence(ctx context.Context, g *v1.MysqlFailoverGroup, site string) error
+	Fence(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, site string) error
 	// FenceOthers prepares a planned promotion of target: it makes every
 	// other site of g read-only, confirms each by reading it back, and waits
 	// until target has applied what each of them wrote. It skips no site: a
 	// site it cannot reach or confirm is an *UnreachableError naming it, and
 	// the caller must not promote. Sites fenced before the failure stay
 	// fenced; the caller reopens the active site if it wants it back.
-	FenceOthers(ctx context.Context, g *v1.MysqlFailoverGroup, target string) error
+	FenceOthers(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, target string) error
 	// UpdateSite applies revision to site (ordered update).
-	UpdateSite(ctx context.Context, g *v1.MysqlFailoverGroup, site, revision string) error
+	UpdateSite(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, site, revision string) error
 	// RestoreSite restores site's data in place for request id.
-	RestoreSite(ctx context.Context, g *v1.MysqlFailoverGroup, site, id string) error
+	RestoreSite(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, site, id string) error
 }
 
 // Rejoiner is implemented by drivers that can point a fenced site back at the
 // primary. Rejoin must refuse (and leave the site fenced) when the site holds
 // transactions the primary never had.
 type Rejoiner interface {
-	Rejoin(ctx context.Context, g *v1.MysqlFailoverGroup, site, primary string) error
+	Rejoin(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, site, primary string) error
 }
 
 // FenceRecorder is implemented by drivers that record the fence on the
@@ -83,7 +83,7 @@ type Rejoiner interface {
 // not count as a newer move against the next one, or against reopening
 // active. A record of any other move is left alone.
 type FenceRecorder interface {
-	UndoTransition(ctx context.Context, g *v1.MysqlFailoverGroup, generation int64, target string, previous int64, active string) error
+	UndoTransition(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, generation int64, target string, previous int64, active string) error
 }
 
 // UnreachableError says which site a planned step could not reach or
@@ -108,7 +108,7 @@ var ErrNoDriver = errors.New("no topology driver configured")
 type None struct{}
 
 // Probe reports every site unreachable.
-func (None) Probe(_ context.Context, g *v1.MysqlFailoverGroup) ([]SiteState, error) {
+func (None) Probe(_ context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) ([]SiteState, error) {
 	out := make([]SiteState, 0, len(g.Spec.Sites))
 	for _, s := range g.Spec.Sites {
 		out = append(out, SiteState{Name: s.Name})
@@ -117,22 +117,26 @@ func (None) Probe(_ context.Context, g *v1.MysqlFailoverGroup) ([]SiteState, err
 }
 
 // Promote fails.
-func (None) Promote(context.Context, *v1.MysqlFailoverGroup, string, int64, bool) error {
+func (None) Promote(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup, string, int64, bool) error {
 	return ErrNoDriver
 }
 
 // Fence fails.
-func (None) Fence(context.Context, *v1.MysqlFailoverGroup, string) error { return ErrNoDriver }
+func (None) Fence(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup, string) error {
+	return ErrNoDriver
+}
 
 // FenceOthers fails.
-func (None) FenceOthers(context.Context, *v1.MysqlFailoverGroup, string) error { return ErrNoDriver }
+func (None) FenceOthers(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup, string) error {
+	return ErrNoDriver
+}
 
 // UpdateSite fails.
-func (None) UpdateSite(context.Context, *v1.MysqlFailoverGroup, string, string) error {
+func (None) UpdateSite(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup, string, string) error {
 	return ErrNoDriver
 }
 
 // RestoreSite fails.
-func (None) RestoreSite(context.Context, *v1.MysqlFailoverGroup, string, string) error {
+func (None) RestoreSite(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup, string, string) error {
 	return ErrNoDriver
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
 // ProbeTimeout bounds one probe of one site, the dial and every query
@@ -18,7 +18,7 @@ const ProbeTimeout = 2 * time.Second
 type SiteProber interface {
 	// ProbeSite observes one site of g; an unreachable site is reported
 	// (Reachable false), not an error. It has no side effects.
-	ProbeSite(ctx context.Context, g *v1.MysqlFailoverGroup, site string) (SiteState, error)
+	ProbeSite(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, site string) (SiteState, error)
 }
 
 type skippedKey struct{}

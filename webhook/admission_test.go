@@ -12,13 +12,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
-func newGroup(t *testing.T, c client.Client, ns string) *v1.MysqlFailoverGroup {
+func newGroup(t *testing.T, c client.Client, ns string) *bloodravenv1alpha1.MysqlFailoverGroup {
 	t.Helper()
-	g := &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "playground", Namespace: ns},
-		Spec: v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}, {Name: "pdx"}}}}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "playground", Namespace: ns},
+		Spec: bloodravenv1alpha1.MysqlFailoverGroupSpec{Sites: []bloodravenv1alpha1.Site{{Name: "iad"}, {Name: "pdx"}}}}
 	if err := c.Create(context.Background(), g); err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func newGroup(t *testing.T, c client.Client, ns string) *v1.MysqlFailoverGroup {
 }
 
 // patchStatus merge-patches the status subresource as the given user.
-func patchStatus(c client.Client, g *v1.MysqlFailoverGroup, patch string) error {
+func patchStatus(c client.Client, g *bloodravenv1alpha1.MysqlFailoverGroup, patch string) error {
 	return c.Status().Patch(context.Background(), g.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(patch)))
 }
 
@@ -45,7 +45,7 @@ func TestFenceGuardThroughTheAPIServer(t *testing.T) {
 		if !apierrors.IsInvalid(err) {
 			t.Fatalf("err = %v, want Invalid", err)
 		}
-		for _, want := range []string{"status.topologyGeneration", "lying to the fence", v1.RevokeDeploymentLeasesAnnotation, "spec.plannedFailover"} {
+		for _, want := range []string{"status.topologyGeneration", "lying to the fence", bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation, "spec.plannedFailover"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("message %q lacks %q", err, want)
 			}
@@ -83,7 +83,7 @@ func TestFenceGuardThroughTheAPIServer(t *testing.T) {
 			}
 		})
 	}
-	got := &v1.MysqlFailoverGroup{}
+	got := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	if err := admin.Get(context.Background(), client.ObjectKeyFromObject(g), got); err != nil {
 		t.Fatal(err)
 	}
@@ -105,9 +105,9 @@ func TestStatusIsTheOperatorsAlone(t *testing.T) {
 	if err := patchStatus(operator, g, `{"status":{"topologyGeneration":1,"activeSite":"iad"}}`); err != nil {
 		t.Fatalf("bootstrap as the operator: %v", err)
 	}
-	get := func(t *testing.T) *v1.MysqlFailoverGroup {
+	get := func(t *testing.T) *bloodravenv1alpha1.MysqlFailoverGroup {
 		t.Helper()
-		got := &v1.MysqlFailoverGroup{}
+		got := &bloodravenv1alpha1.MysqlFailoverGroup{}
 		if err := admin.Get(context.Background(), client.ObjectKeyFromObject(g), got); err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +135,7 @@ func TestStatusIsTheOperatorsAlone(t *testing.T) {
 			if !apierrors.IsInvalid(err) {
 				t.Fatalf("the administrator's patch of %s: err = %v, want Invalid", tc.field, err)
 			}
-			for _, want := range []string{tc.field + ": Forbidden", v1.RevokeDeploymentLeasesAnnotation, "spec.plannedFailover"} {
+			for _, want := range []string{tc.field + ": Forbidden", bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation, "spec.plannedFailover"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("message %q lacks %q", err, want)
 				}
@@ -170,13 +170,13 @@ func TestGroupSpecChecksThroughTheAPIServer(t *testing.T) {
 	ctx := context.Background()
 
 	bad := g.DeepCopy()
-	bad.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-1", TargetSite: "sfo"}
+	bad.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "req-1", TargetSite: "sfo"}
 	if err := admin.Update(ctx, bad); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.plannedFailover.targetSite") {
 		t.Fatalf("unknown target: err = %v", err)
 	}
 	good := g.DeepCopy()
-	good.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
-	good.Annotations = map[string]string{v1.RevokeDeploymentLeasesAnnotation: "anything at all"}
+	good.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "req-1", TargetSite: "pdx"}
+	good.Annotations = map[string]string{bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation: "anything at all"}
 	if err := admin.Update(ctx, good); err != nil {
 		t.Fatalf("valid request with the revoke annotation: %v", err)
 	}
@@ -191,7 +191,7 @@ func TestDatabaseChecksThroughTheAPIServer(t *testing.T) {
 			list = append(list, c)
 		}
 		return &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": v1.GroupVersion.String(), "kind": "MysqlDatabase",
+			"apiVersion": bloodravenv1alpha1.GroupVersion.String(), "kind": "MysqlDatabase",
 			"metadata": map[string]any{"name": name, "namespace": ns},
 			"spec":     map[string]any{"groupRef": map[string]any{"name": "playground"}, "databaseName": "counter", "deploymentClients": list},
 		}}
@@ -226,12 +226,12 @@ func TestDatabaseChecksThroughTheAPIServer(t *testing.T) {
 func TestDatabaseWebhookAdmitsUpdates(t *testing.T) {
 	admin, _ := env.User(t, "alice@example.com", "system:masters")
 	ns := env.Namespace(t)
-	db := &v1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Name: "counter-app", Namespace: ns},
-		Spec: v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: "playground"}, DatabaseName: "counter"}}
+	db := &bloodravenv1alpha1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Name: "counter-app", Namespace: ns},
+		Spec: bloodravenv1alpha1.MysqlDatabaseSpec{GroupRef: bloodravenv1alpha1.GroupReference{Name: "playground"}, DatabaseName: "counter"}}
 	if err := admin.Create(context.Background(), db); err != nil {
 		t.Fatal(err)
 	}
-	db.Spec.DeploymentClients = []v1.DeploymentClient{{Namespace: "app", ServiceAccount: "deploy"}}
+	db.Spec.DeploymentClients = []bloodravenv1alpha1.DeploymentClient{{Namespace: "app", ServiceAccount: "deploy"}}
 	if err := admin.Update(context.Background(), db); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/faultproxy"
 )
 
@@ -32,8 +32,8 @@ func blackHole(t *testing.T) {
 		// reset; a dry-run create through the database webhook shows
 		// when they answer again.
 		ns := env.Namespace(t)
-		db := &v1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns},
-			Spec: v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: "playground"}, DatabaseName: "probe"}}
+		db := &bloodravenv1alpha1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns},
+			Spec: bloodravenv1alpha1.MysqlDatabaseSpec{GroupRef: bloodravenv1alpha1.GroupReference{Name: "playground"}, DatabaseName: "probe"}}
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 			err := env.Client.Create(context.Background(), db.DeepCopy(), client.DryRunAll)
 			if err == nil {
@@ -62,18 +62,18 @@ func TestTheOperatorsWritesNeverWaitOnItsWebhooks(t *testing.T) {
 	lookalike, _ := env.User(t, operatorIdentity+"-2", "system:masters") // the operator's namespace, another ServiceAccount
 	ns := env.Namespace(t)
 	g := newGroup(t, admin, ns)
-	g.Annotations = map[string]string{v1.RevokeDeploymentLeasesAnnotation: "true"}
+	g.Annotations = map[string]string{bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation: "true"}
 	if err := admin.Update(ctx, g); err != nil {
 		t.Fatal(err)
 	}
-	db := &v1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "counter-app"},
-		Spec: v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: "playground"}, DatabaseName: "counter"}}
+	db := &bloodravenv1alpha1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "counter-app"},
+		Spec: bloodravenv1alpha1.MysqlDatabaseSpec{GroupRef: bloodravenv1alpha1.GroupReference{Name: "playground"}, DatabaseName: "counter"}}
 	if err := admin.Create(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	newRun := func(name string) *v1.DeployRun {
-		return &v1.DeployRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: v1.DeployRunSpec{GroupRef: v1.GroupReference{Name: "playground"}, Instance: "counter-app",
+	newRun := func(name string) *bloodravenv1alpha1.DeployRun {
+		return &bloodravenv1alpha1.DeployRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: bloodravenv1alpha1.DeployRunSpec{GroupRef: bloodravenv1alpha1.GroupReference{Name: "playground"}, Instance: "counter-app",
 				OperationID: "deploy-1", Caller: "system:serviceaccount:app:deploy", GrantGeneration: 1}}
 	}
 	pruned := newRun("playground-ba9876543210")
@@ -101,7 +101,7 @@ func TestTheOperatorsWritesNeverWaitOnItsWebhooks(t *testing.T) {
 		}},
 		{"bookkeeping: a finalizer added and the revoke annotation removed", func() error {
 			return operator.Patch(ctx, g.DeepCopy(), merge(`{"metadata":{"finalizers":["bloodraven.shipstream.io/deployment-leases"],"annotations":{"`+
-				v1.RevokeDeploymentLeasesAnnotation+`":null}}}`))
+				bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation+`":null}}}`))
 		}},
 		{"a database's gate closed", func() error {
 			return operator.Status().Patch(ctx, db.DeepCopy(), merge(`{"status":{"pendingVerification":{"operationId":"deploy-1","topologyGeneration":1,"ended":"revoked","since":"`+at+`"}}}`))
@@ -147,7 +147,7 @@ func TestTheOperatorsWritesNeverWaitOnItsWebhooks(t *testing.T) {
 		start := time.Now()
 		err := patchStatus(admin, g, `{"status":{"topologyGeneration":3,"activeSite":"iad"}}`)
 		refusedClosed(t, "alice", err, time.Since(start))
-		got := &v1.MysqlFailoverGroup{}
+		got := &bloodravenv1alpha1.MysqlFailoverGroup{}
 		if err := admin.Get(ctx, client.ObjectKeyFromObject(g), got); err != nil {
 			t.Fatal(err)
 		}

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
 func TestOnlyTheOperatorWritesDeployRunsThroughTheAPIServer(t *testing.T) {
@@ -19,9 +19,9 @@ func TestOnlyTheOperatorWritesDeployRunsThroughTheAPIServer(t *testing.T) {
 	operator, _ := env.User(t, operatorIdentity, "system:masters")
 	collector, _ := env.User(t, "system:serviceaccount:kube-system:generic-garbage-collector", "system:masters")
 	ns := env.Namespace(t)
-	run := func() *v1.DeployRun {
-		return &v1.DeployRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "playground-0123456789ab"},
-			Spec: v1.DeployRunSpec{GroupRef: v1.GroupReference{Name: "playground"}, Instance: "counter-app",
+	run := func() *bloodravenv1alpha1.DeployRun {
+		return &bloodravenv1alpha1.DeployRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "playground-0123456789ab"},
+			Spec: bloodravenv1alpha1.DeployRunSpec{GroupRef: bloodravenv1alpha1.GroupReference{Name: "playground"}, Instance: "counter-app",
 				OperationID: "deploy-1", Caller: "system:serviceaccount:app:deploy", GrantGeneration: 3}}
 	}
 	refused := func(t *testing.T, err error, verb string) {
@@ -41,7 +41,7 @@ func TestOnlyTheOperatorWritesDeployRunsThroughTheAPIServer(t *testing.T) {
 	if err := operator.Create(ctx, r); err != nil {
 		t.Fatalf("the operator's create: %v", err)
 	}
-	r.Status = v1.DeployRunStatus{Outcome: v1.DeployRunRunning, Phase: "pre-ddl"}
+	r.Status = bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunRunning, Phase: "pre-ddl"}
 	if err := operator.Status().Update(ctx, r); err != nil {
 		t.Fatalf("the operator's status write: %v", err)
 	}
@@ -51,17 +51,17 @@ func TestOnlyTheOperatorWritesDeployRunsThroughTheAPIServer(t *testing.T) {
 		refused(t, err, "change")
 		err = admin.Patch(ctx, r.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"instance":"other"}}`)))
 		refused(t, err, "change")
-		got := &v1.DeployRun{}
+		got := &bloodravenv1alpha1.DeployRun{}
 		if err := admin.Get(ctx, client.ObjectKeyFromObject(r), got); err != nil {
 			t.Fatal(err)
 		}
-		if got.Status.Outcome != v1.DeployRunRunning || got.Spec.Instance != "counter-app" {
+		if got.Status.Outcome != bloodravenv1alpha1.DeployRunRunning || got.Spec.Instance != "counter-app" {
 			t.Fatalf("the run changed: %+v", got)
 		}
 	})
 	t.Run("a person's delete is refused", func(t *testing.T) {
 		refused(t, admin.Delete(ctx, r.DeepCopy()), "delete")
-		if err := admin.Get(ctx, client.ObjectKeyFromObject(r), &v1.DeployRun{}); err != nil {
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(r), &bloodravenv1alpha1.DeployRun{}); err != nil {
 			t.Fatalf("the run is gone: %v", err)
 		}
 	})
@@ -120,22 +120,22 @@ func TestOnlyTheOperatorWritesADatabasesStatusThroughTheAPIServer(t *testing.T) 
 	admin, _ := env.User(t, "alice@example.com", "system:masters")
 	operator, _ := env.User(t, operatorIdentity, "system:masters")
 	ns := env.Namespace(t)
-	db := &v1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "counter-app"},
-		Spec: v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: "playground"}, DatabaseName: "counter"}}
+	db := &bloodravenv1alpha1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "counter-app"},
+		Spec: bloodravenv1alpha1.MysqlDatabaseSpec{GroupRef: bloodravenv1alpha1.GroupReference{Name: "playground"}, DatabaseName: "counter"}}
 	if err := admin.Create(ctx, db); err != nil {
 		t.Fatal(err)
 	}
 	// The operator closes the gate.
-	db.Status.PendingVerification = &v1.SchemaVerification{OperationID: "op-1", TopologyGeneration: 1, Ended: "revoked", Since: metav1.Now()}
+	db.Status.PendingVerification = &bloodravenv1alpha1.SchemaVerification{OperationID: "op-1", TopologyGeneration: 1, Ended: "revoked", Since: metav1.Now()}
 	if err := operator.Status().Update(ctx, db); err != nil {
 		t.Fatalf("the operator's status write: %v", err)
 	}
 	// A person clearing it by hand is refused, and told what to do.
 	err := admin.Status().Patch(ctx, db.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"status":{"pendingVerification":null}}`)))
-	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), v1.SchemaVerifiedAnnotation+"=<operationId>") {
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), bloodravenv1alpha1.SchemaVerifiedAnnotation+"=<operationId>") {
 		t.Fatalf("err = %v, want Invalid naming the annotation", err)
 	}
-	got := &v1.MysqlDatabase{}
+	got := &bloodravenv1alpha1.MysqlDatabase{}
 	if err := admin.Get(ctx, client.ObjectKeyFromObject(db), got); err != nil || got.Status.PendingVerification == nil {
 		t.Fatalf("the gate changed: %+v %v", got.Status, err)
 	}

@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
 // FenceGuardOperatorVariable is the variable FenceGuard prepends to
@@ -91,8 +91,8 @@ func FenceGuardSpec() admissionregistrationv1.ValidatingAdmissionPolicySpec {
 				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
 					Rule: admissionregistrationv1.Rule{
-						APIGroups:   []string{v1.GroupVersion.Group},
-						APIVersions: []string{v1.GroupVersion.Version},
+						APIGroups:   []string{bloodravenv1alpha1.GroupVersion.Group},
+						APIVersions: []string{bloodravenv1alpha1.GroupVersion.Version},
 						Resources:   []string{"mysqlfailovergroups/status"},
 					},
 				},

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
 // Paths of the webhooks on the TLS listener; the markers below must match.
@@ -36,20 +36,20 @@ const (
 func Register(srv webhook.Server, scheme *runtime.Scheme, operatorIdentity string) {
 	dec := admission.NewDecoder(scheme)
 	srv.Register(GroupPath, &webhook.Admission{Handler: &groupSpecHandler{dec: dec}})
-	srv.Register(GroupStatusPath, &webhook.Admission{Handler: &statusGuard[*v1.MysqlFailoverGroup]{dec: dec, operator: operatorIdentity,
-		kind: groupKind, newObj: func() *v1.MysqlFailoverGroup { return &v1.MysqlFailoverGroup{} }, check: ValidateStatusChange}})
+	srv.Register(GroupStatusPath, &webhook.Admission{Handler: &statusGuard[*bloodravenv1alpha1.MysqlFailoverGroup]{dec: dec, operator: operatorIdentity,
+		kind: groupKind, newObj: func() *bloodravenv1alpha1.MysqlFailoverGroup { return &bloodravenv1alpha1.MysqlFailoverGroup{} }, check: ValidateStatusChange}})
 	srv.Register(DatabasePath, &webhook.Admission{Handler: &databaseHandler{dec: dec}})
 	// The database's conditions and schema-verification gate: a person
 	// opens the gate with the schema-verified annotation.
-	srv.Register(DatabaseStatusPath, &webhook.Admission{Handler: &statusGuard[*v1.MysqlDatabase]{dec: dec, operator: operatorIdentity,
-		kind: databaseKind, newObj: func() *v1.MysqlDatabase { return &v1.MysqlDatabase{} }, check: ValidateDatabaseStatusChange}})
+	srv.Register(DatabaseStatusPath, &webhook.Admission{Handler: &statusGuard[*bloodravenv1alpha1.MysqlDatabase]{dec: dec, operator: operatorIdentity,
+		kind: databaseKind, newObj: func() *bloodravenv1alpha1.MysqlDatabase { return &bloodravenv1alpha1.MysqlDatabase{} }, check: ValidateDatabaseStatusChange}})
 	srv.Register(DeployRunPath, &webhook.Admission{Handler: &deployRunHandler{operator: operatorIdentity}})
 }
 
 var (
-	groupKind    = schema.GroupKind{Group: v1.GroupVersion.Group, Kind: "MysqlFailoverGroup"}
-	databaseKind = schema.GroupKind{Group: v1.GroupVersion.Group, Kind: "MysqlDatabase"}
-	runKind      = schema.GroupKind{Group: v1.GroupVersion.Group, Kind: "DeployRun"}
+	groupKind    = schema.GroupKind{Group: bloodravenv1alpha1.GroupVersion.Group, Kind: "MysqlFailoverGroup"}
+	databaseKind = schema.GroupKind{Group: bloodravenv1alpha1.GroupVersion.Group, Kind: "MysqlDatabase"}
+	runKind      = schema.GroupKind{Group: bloodravenv1alpha1.GroupVersion.Group, Kind: "DeployRun"}
 )
 
 // deny turns field errors into the API server's Invalid status, so kubectl
@@ -69,7 +69,7 @@ func verdict(gk schema.GroupKind, name string, errs field.ErrorList) admission.R
 type groupSpecHandler struct{ dec admission.Decoder }
 
 func (h *groupSpecHandler) Handle(_ context.Context, req admission.Request) admission.Response {
-	g := &v1.MysqlFailoverGroup{}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	if err := h.dec.Decode(req, g); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
@@ -106,7 +106,7 @@ func (h *statusGuard[T]) Handle(_ context.Context, req admission.Request) admiss
 type databaseHandler struct{ dec admission.Decoder }
 
 func (h *databaseHandler) Handle(_ context.Context, req admission.Request) admission.Response {
-	db := &v1.MysqlDatabase{}
+	db := &bloodravenv1alpha1.MysqlDatabase{}
 	if err := h.dec.Decode(req, db); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}

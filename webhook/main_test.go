@@ -24,7 +24,7 @@ import (
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/yaml"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/faultproxy"
 	"github.com/shipstream/bloodraven/internal/testenv"
 )
@@ -135,8 +135,8 @@ func installFenceGuard(e *testenv.Env) (func(), error) {
 	if err := e.Client.Create(ctx, ns); err != nil {
 		return nil, err
 	}
-	g := &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns.Name},
-		Spec: v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}}}}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns.Name},
+		Spec: bloodravenv1alpha1.MysqlFailoverGroupSpec{Sites: []bloodravenv1alpha1.Site{{Name: "iad"}}}}
 	if err := e.Client.Create(ctx, g); err != nil {
 		return nil, fmt.Errorf("fence guard probe: %w", err)
 	}

@@ -9,12 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
 // whatToDoInstead names the two ways a person may change what status
 // records: the revoke annotation and a planned failover.
-const whatToDoInstead = "to end every deployment lease, annotate the group with " + v1.RevokeDeploymentLeasesAnnotation +
+const whatToDoInstead = "to end every deployment lease, annotate the group with " + bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation +
 	"; to move the primary, request spec.plannedFailover"
 
 // FenceAdvice is what a denied fence edit tells the user to do instead.
@@ -38,7 +38,7 @@ var (
 // nothing. The operator's writes are not checked here: they skip the webhook
 // (NotTheOperator), and the fence guard (FenceGuard), which the API server
 // evaluates without calling anyone, holds its fence moves to the rules.
-func ValidateStatusChange(oldG, newG *v1.MysqlFailoverGroup, isOperator bool) field.ErrorList {
+func ValidateStatusChange(oldG, newG *bloodravenv1alpha1.MysqlFailoverGroup, isOperator bool) field.ErrorList {
 	oldS, newS := &oldG.Status, &newG.Status
 	if isOperator || equality.Semantic.DeepEqual(oldS, newS) {
 		return nil
@@ -48,7 +48,7 @@ func ValidateStatusChange(oldG, newG *v1.MysqlFailoverGroup, isOperator bool) fi
 
 // validateFenceUntouched refuses a change of the fence by anyone but the
 // operator.
-func validateFenceUntouched(oldS, newS *v1.MysqlFailoverGroupStatus) field.ErrorList {
+func validateFenceUntouched(oldS, newS *bloodravenv1alpha1.MysqlFailoverGroupStatus) field.ErrorList {
 	switch {
 	case newS.TopologyGeneration != oldS.TopologyGeneration:
 		return field.ErrorList{field.Forbidden(genPath, "only the operator may change the topology generation; "+FenceAdvice)}
@@ -61,7 +61,7 @@ func validateFenceUntouched(oldS, newS *v1.MysqlFailoverGroupStatus) field.Error
 // validateRestUntouched refuses a change of any status field other than the
 // fence by anyone but the operator, naming each changed field. A change no
 // named field accounts for is refused on status itself.
-func validateRestUntouched(oldS, newS *v1.MysqlFailoverGroupStatus) field.ErrorList {
+func validateRestUntouched(oldS, newS *bloodravenv1alpha1.MysqlFailoverGroupStatus) field.ErrorList {
 	if equality.Semantic.DeepEqual(oldS, newS) {
 		return nil
 	}
@@ -89,7 +89,7 @@ type statusField struct {
 // compared too.
 var statusFields = func() []statusField {
 	var out []statusField
-	t := reflect.TypeOf(v1.MysqlFailoverGroupStatus{})
+	t := reflect.TypeOf(bloodravenv1alpha1.MysqlFailoverGroupStatus{})
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
@@ -103,7 +103,7 @@ var statusFields = func() []statusField {
 
 // changedStatusFields names, by JSON name, the top-level status fields whose
 // values differ semantically.
-func changedStatusFields(oldS, newS *v1.MysqlFailoverGroupStatus) []string {
+func changedStatusFields(oldS, newS *bloodravenv1alpha1.MysqlFailoverGroupStatus) []string {
 	o, n := reflect.ValueOf(oldS).Elem(), reflect.ValueOf(newS).Elem()
 	var changed []string
 	for _, f := range statusFields {
@@ -114,7 +114,7 @@ func changedStatusFields(oldS, newS *v1.MysqlFailoverGroupStatus) []string {
 	return changed
 }
 
-func hasSite(g *v1.MysqlFailoverGroup, name string) bool {
+func hasSite(g *bloodravenv1alpha1.MysqlFailoverGroup, name string) bool {
 	for _, s := range g.Spec.Sites {
 		if s.Name == name {
 			return true
@@ -125,7 +125,7 @@ func hasSite(g *v1.MysqlFailoverGroup, name string) bool {
 
 // ValidateGroupSpec checks what the CRD schema cannot: targets name declared
 // sites, names are unique, the active site stays declared.
-func ValidateGroupSpec(g *v1.MysqlFailoverGroup) field.ErrorList {
+func ValidateGroupSpec(g *bloodravenv1alpha1.MysqlFailoverGroup) field.ErrorList {
 	var errs field.ErrorList
 	sites := field.NewPath("spec", "sites")
 	seen := map[string]int{}
@@ -152,7 +152,7 @@ func ValidateGroupSpec(g *v1.MysqlFailoverGroup) field.ErrorList {
 }
 
 // ValidateDatabase checks a MysqlDatabase's group reference and client list.
-func ValidateDatabase(db *v1.MysqlDatabase) field.ErrorList {
+func ValidateDatabase(db *bloodravenv1alpha1.MysqlDatabase) field.ErrorList {
 	var errs field.ErrorList
 	ref := field.NewPath("spec", "groupRef", "name")
 	switch {
@@ -227,14 +227,14 @@ func ValidateRunWriter(operation, subresource, user, operator string) field.Erro
 // DatabaseStatusAdvice is what a refused edit of a database's status tells
 // the user to do instead.
 const DatabaseStatusAdvice = "only the operator may change a database's status: to open the schema-verification gate once the schema is checked, " +
-	"annotate the MysqlDatabase " + v1.SchemaVerifiedAnnotation + "=<operationId> (or run kubectl bloodraven verify DATABASE OPERATION)"
+	"annotate the MysqlDatabase " + bloodravenv1alpha1.SchemaVerifiedAnnotation + "=<operationId> (or run kubectl bloodraven verify DATABASE OPERATION)"
 
 // ValidateDatabaseStatusChange checks an update of a database's status:
 // anyone but the operator may change nothing (an edit that changes nothing
 // is allowed for everyone). Clearing status.pendingVerification by hand
 // would open the gate without the record and the Event the annotation
 // leaves.
-func ValidateDatabaseStatusChange(oldDB, newDB *v1.MysqlDatabase, isOperator bool) field.ErrorList {
+func ValidateDatabaseStatusChange(oldDB, newDB *bloodravenv1alpha1.MysqlDatabase, isOperator bool) field.ErrorList {
 	if isOperator || equality.Semantic.DeepEqual(&oldDB.Status, &newDB.Status) {
 		return nil
 	}

@@ -9,30 +9,34 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
-func group(site string, gen int64) *v1.MysqlFailoverGroup {
-	return &v1.MysqlFailoverGroup{
+func group(site string, gen int64) *bloodravenv1alpha1.MysqlFailoverGroup {
+	return &bloodravenv1alpha1.MysqlFailoverGroup{
 		ObjectMeta: metav1.ObjectMeta{Name: "orders"},
-		Spec:       v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}, {Name: "pdx"}}},
-		Status:     v1.MysqlFailoverGroupStatus{ActiveSite: site, TopologyGeneration: gen},
+		Spec:       bloodravenv1alpha1.MysqlFailoverGroupSpec{Sites: []bloodravenv1alpha1.Site{{Name: "iad"}, {Name: "pdx"}}},
+		Status:     bloodravenv1alpha1.MysqlFailoverGroupStatus{ActiveSite: site, TopologyGeneration: gen},
 	}
 }
 
 func TestValidateStatusChange(t *testing.T) {
-	withTransition := func(g *v1.MysqlFailoverGroup, site string, gen int64) *v1.MysqlFailoverGroup {
-		g.Status.Transition = &v1.TopologyTransition{Operation: "RestoreInPlace", TargetSite: site, Generation: gen}
+	withTransition := func(g *bloodravenv1alpha1.MysqlFailoverGroup, site string, gen int64) *bloodravenv1alpha1.MysqlFailoverGroup {
+		g.Status.Transition = &bloodravenv1alpha1.TopologyTransition{Operation: "RestoreInPlace", TargetSite: site, Generation: gen}
 		return g
 	}
 	tests := map[string]struct {
-		old, new   *v1.MysqlFailoverGroup
+		old, new   *bloodravenv1alpha1.MysqlFailoverGroup
 		operator   bool
 		wantErrSub string // empty: allowed
 	}{
-		"nothing about the fence changes":                      {old: group("iad", 3), new: group("iad", 3)},
-		"a person writes back the status unchanged":            {old: withTransition(group("iad", 3), "pdx", 4), new: withTransition(group("iad", 3), "pdx", 4)},
-		"a person may not change health":                       {old: group("iad", 3), new: func() *v1.MysqlFailoverGroup { g := group("iad", 3); g.Status.Health.Ready = true; return g }(), wantErrSub: "status.health: Forbidden"},
+		"nothing about the fence changes":           {old: group("iad", 3), new: group("iad", 3)},
+		"a person writes back the status unchanged": {old: withTransition(group("iad", 3), "pdx", 4), new: withTransition(group("iad", 3), "pdx", 4)},
+		"a person may not change health": {old: group("iad", 3), new: func() *bloodravenv1alpha1.MysqlFailoverGroup {
+			g := group("iad", 3)
+			g.Status.Health.Ready = true
+			return g
+		}(), wantErrSub: "status.health: Forbidden"},
 		"a person may not write a transition":                  {old: group("iad", 3), new: withTransition(group("iad", 3), "pdx", 4), wantErrSub: "status.transition: Forbidden"},
 		"a person may not clear a transition":                  {old: withTransition(group("iad", 3), "pdx", 4), new: group("iad", 3), wantErrSub: "status.transition: Forbidden"},
 		"operator changes other status freely":                 {old: group("iad", 3), new: withTransition(group("iad", 3), "pdx", 4), operator: true},
@@ -63,7 +67,7 @@ func TestValidateStatusChange(t *testing.T) {
 // the operator's alone: a change by anyone else is refused on that field's
 // path with what to do instead, and the operator may make it.
 func TestStatusIsTheOperatorsAloneForEveryField(t *testing.T) {
-	typ := reflect.TypeOf(v1.MysqlFailoverGroupStatus{})
+	typ := reflect.TypeOf(bloodravenv1alpha1.MysqlFailoverGroupStatus{})
 	for i := range typ.NumField() {
 		f := typ.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
@@ -81,7 +85,7 @@ func TestStatusIsTheOperatorsAloneForEveryField(t *testing.T) {
 			if msg == nil {
 				t.Fatalf("a person's change of status.%s was allowed", name)
 			}
-			for _, want := range []string{"status." + name + ": Forbidden", "only the operator", v1.RevokeDeploymentLeasesAnnotation, "spec.plannedFailover"} {
+			for _, want := range []string{"status." + name + ": Forbidden", "only the operator", bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation, "spec.plannedFailover"} {
 				if !strings.Contains(msg.Error(), want) {
 					t.Errorf("%q lacks %q", msg, want)
 				}
@@ -137,27 +141,29 @@ func fill(v reflect.Value) {
 
 func TestValidateGroupSpec(t *testing.T) {
 	tests := map[string]struct {
-		mutate     func(*v1.MysqlFailoverGroup)
+		mutate     func(*bloodravenv1alpha1.MysqlFailoverGroup)
 		wantErrSub string
 	}{
-		"two sites": {mutate: func(*v1.MysqlFailoverGroup) {}},
-		"planned failover to a known site": {mutate: func(g *v1.MysqlFailoverGroup) {
-			g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "r1", TargetSite: "pdx"}
+		"two sites": {mutate: func(*bloodravenv1alpha1.MysqlFailoverGroup) {}},
+		"planned failover to a known site": {mutate: func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+			g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "r1", TargetSite: "pdx"}
 		}},
-		"planned failover to an unknown site": {mutate: func(g *v1.MysqlFailoverGroup) {
-			g.Spec.PlannedFailover = &v1.PlannedFailoverRequest{ID: "r1", TargetSite: "sfo"}
+		"planned failover to an unknown site": {mutate: func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+			g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: "r1", TargetSite: "sfo"}
 		},
 			wantErrSub: "spec.plannedFailover.targetSite: Not found"},
-		"restore in place to an unknown site": {mutate: func(g *v1.MysqlFailoverGroup) {
-			g.Spec.RestoreInPlace = &v1.RestoreInPlaceRequest{ID: "r1", TargetSite: "sfo"}
+		"restore in place to an unknown site": {mutate: func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+			g.Spec.RestoreInPlace = &bloodravenv1alpha1.RestoreInPlaceRequest{ID: "r1", TargetSite: "sfo"}
 		},
 			wantErrSub: "spec.restoreInPlace.targetSite"},
-		"duplicate site names": {mutate: func(g *v1.MysqlFailoverGroup) { g.Spec.Sites = append(g.Spec.Sites, v1.Site{Name: "iad"}) },
+		"duplicate site names": {mutate: func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+			g.Spec.Sites = append(g.Spec.Sites, bloodravenv1alpha1.Site{Name: "iad"})
+		},
 			wantErrSub: "spec.sites[2].name: Duplicate value"},
-		"removing the active site": {mutate: func(g *v1.MysqlFailoverGroup) { g.Spec.Sites = g.Spec.Sites[1:] },
+		"removing the active site": {mutate: func(g *bloodravenv1alpha1.MysqlFailoverGroup) { g.Spec.Sites = g.Spec.Sites[1:] },
 			wantErrSub: "cannot be removed"},
-		"the revoke annotation with any value": {mutate: func(g *v1.MysqlFailoverGroup) {
-			g.Annotations = map[string]string{v1.RevokeDeploymentLeasesAnnotation: "because I said so!"}
+		"the revoke annotation with any value": {mutate: func(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+			g.Annotations = map[string]string{bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation: "because I said so!"}
 		}},
 	}
 	for name, tc := range tests {
@@ -179,13 +185,15 @@ func TestValidateGroupSpec(t *testing.T) {
 }
 
 func TestValidateDatabase(t *testing.T) {
-	db := func(ref string, clients ...v1.DeploymentClient) *v1.MysqlDatabase {
-		return &v1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Name: "counter-app"},
-			Spec: v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: ref}, DatabaseName: "counter", DeploymentClients: clients}}
+	db := func(ref string, clients ...bloodravenv1alpha1.DeploymentClient) *bloodravenv1alpha1.MysqlDatabase {
+		return &bloodravenv1alpha1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Name: "counter-app"},
+			Spec: bloodravenv1alpha1.MysqlDatabaseSpec{GroupRef: bloodravenv1alpha1.GroupReference{Name: ref}, DatabaseName: "counter", DeploymentClients: clients}}
 	}
-	c := func(ns, sa string) v1.DeploymentClient { return v1.DeploymentClient{Namespace: ns, ServiceAccount: sa} }
+	c := func(ns, sa string) bloodravenv1alpha1.DeploymentClient {
+		return bloodravenv1alpha1.DeploymentClient{Namespace: ns, ServiceAccount: sa}
+	}
 	tests := map[string]struct {
-		db      *v1.MysqlDatabase
+		db      *bloodravenv1alpha1.MysqlDatabase
 		wantErr []string
 	}{
 		"valid":                        {db: db("playground", c("app", "deploy"), c("batch", "deploy"))},

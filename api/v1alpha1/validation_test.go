@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
@@ -25,7 +25,7 @@ func database(ns, name string, clients ...map[string]any) *unstructured.Unstruct
 		list = append(list, c)
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1.GroupVersion.String(),
+		"apiVersion": bloodravenv1alpha1.GroupVersion.String(),
 		"kind":       "MysqlDatabase",
 		"metadata":   map[string]any{"name": name, "namespace": ns},
 		"spec": map[string]any{
@@ -106,9 +106,9 @@ func TestAPIServerValidatesDeploymentClients(t *testing.T) {
 func TestDatabaseGroupRefIsImmutable(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
-	db := &v1.MysqlDatabase{
+	db := &bloodravenv1alpha1.MysqlDatabase{
 		ObjectMeta: metav1.ObjectMeta{Name: "counter-app", Namespace: ns},
-		Spec:       v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: "playground"}, DatabaseName: "counter"},
+		Spec:       bloodravenv1alpha1.MysqlDatabaseSpec{GroupRef: bloodravenv1alpha1.GroupReference{Name: "playground"}, DatabaseName: "counter"},
 	}
 	if err := env.Client.Create(ctx, db); err != nil {
 		t.Fatal(err)
@@ -123,9 +123,9 @@ func TestDatabaseGroupRefIsImmutable(t *testing.T) {
 func TestFailoverGroupDefaultsAndStatusSchema(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
-	g := &v1.MysqlFailoverGroup{
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{
 		ObjectMeta: metav1.ObjectMeta{Name: "playground", Namespace: ns},
-		Spec:       v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}, {Name: "pdx"}}},
+		Spec:       bloodravenv1alpha1.MysqlFailoverGroupSpec{Sites: []bloodravenv1alpha1.Site{{Name: "iad"}, {Name: "pdx"}}},
 	}
 	if err := env.Client.Create(ctx, g); err != nil {
 		t.Fatal(err)
@@ -154,7 +154,7 @@ func TestFailoverGroupDefaultsAndStatusSchema(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(g), cp); err != nil {
 			t.Fatal(err)
 		}
-		cp.Status.PlannedFailover = &v1.PlannedFailoverStatus{ID: "x", Phase: "Sleeping"}
+		cp.Status.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverStatus{ID: "x", Phase: "Sleeping"}
 		err := env.Client.Status().Update(ctx, cp)
 		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "status.plannedFailover.phase") {
 			t.Fatalf("err=%v, want Invalid on status.plannedFailover.phase", err)
@@ -172,9 +172,9 @@ func TestFailoverGroupDefaultsAndStatusSchema(t *testing.T) {
 		}
 	})
 	t.Run("duplicate site names are rejected", func(t *testing.T) {
-		dup := &v1.MysqlFailoverGroup{
+		dup := &bloodravenv1alpha1.MysqlFailoverGroup{
 			ObjectMeta: metav1.ObjectMeta{Name: "dup", Namespace: ns},
-			Spec:       v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}, {Name: "iad"}}},
+			Spec:       bloodravenv1alpha1.MysqlFailoverGroupSpec{Sites: []bloodravenv1alpha1.Site{{Name: "iad"}, {Name: "iad"}}},
 		}
 		err := env.Client.Create(ctx, dup)
 		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "Duplicate value") {

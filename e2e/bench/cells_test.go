@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
 )
@@ -123,15 +123,15 @@ type floorWorker struct {
 
 // floorReads are the two reads of a floor operation: the database (the
 // authorization) and the group (the fence), into g.
-func floorReads(ctx context.Context, c client.Client, ns, db, group string, g *v1.MysqlFailoverGroup) error {
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: db}, &v1.MysqlDatabase{}); err != nil {
+func floorReads(ctx context.Context, c client.Client, ns, db, group string, g *bloodravenv1alpha1.MysqlFailoverGroup) error {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: db}, &bloodravenv1alpha1.MysqlDatabase{}); err != nil {
 		return err
 	}
 	return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: group}, g)
 }
 
 func (w *floorWorker) op(ctx context.Context) error {
-	if err := floorReads(ctx, w.c, w.ns, w.db, w.group, &v1.MysqlFailoverGroup{}); err != nil {
+	if err := floorReads(ctx, w.c, w.ns, w.db, w.group, &bloodravenv1alpha1.MysqlFailoverGroup{}); err != nil {
 		return err
 	}
 	if w.needsFreshLease {
@@ -195,7 +195,7 @@ type floorMetaWorker struct {
 }
 
 func (w *floorMetaWorker) op(ctx context.Context) error {
-	g := &v1.MysqlFailoverGroup{}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	if err := floorReads(ctx, w.c, w.ns, w.db, w.group, g); err != nil {
 		return err
 	}
@@ -232,7 +232,7 @@ func (s *scene) floorMetaWorkers(ctx context.Context, n int) ([]*floorMetaWorker
 	store := &leasestore.Store{Client: c, API: c, Clock: clock.RealClock{}, Key: s.o.RecordKey}
 	ws := make([]*floorMetaWorker, n)
 	for i := range ws {
-		g := &v1.MysqlFailoverGroup{}
+		g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: s.o.Namespace, Name: groupName(i)}, g); err != nil {
 			return nil, err
 		}

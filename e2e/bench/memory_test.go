@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/operatortest"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
@@ -44,7 +44,7 @@ func (s *scene) measureTombstoneHeap(ctx context.Context, n, workers int, settle
 	if err := c.Get(ctx, client.ObjectKey{Namespace: s.o.Namespace, Name: "bench-floor-0"}, &coordinationv1.Lease{}); err != nil {
 		return Memory{}, fmt.Errorf("prime the tombstone client: %w", err)
 	}
-	g := &v1.MysqlFailoverGroup{}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: s.o.Namespace, Name: operatortest.GroupName}, g); err != nil {
 		return Memory{}, err
 	}

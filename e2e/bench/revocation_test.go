@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/operatortest"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/leasestore"
@@ -135,7 +135,7 @@ func (s *scene) measureRevocation(ctx context.Context, n, workers int) (Revocati
 	notHeap, _ := labels.NewRequirement(leasestore.LabelGroup, selection.NotEquals, []string{operatortest.GroupName})
 	tombstones := labels.NewSelector().Add(*isTomb, *notHeap)
 	groupWatch := func() (watch.Interface, error) {
-		return wc.Watch(ctx, &v1.MysqlFailoverGroupList{}, client.InNamespace(s.o.Namespace))
+		return wc.Watch(ctx, &bloodravenv1alpha1.MysqlFailoverGroupList{}, client.InNamespace(s.o.Namespace))
 	}
 	tombWatch := func() (watch.Interface, error) {
 		return wc.Watch(ctx, &coordinationv1.LeaseList{}, client.InNamespace(s.o.Namespace),
@@ -143,7 +143,7 @@ func (s *scene) measureRevocation(ctx context.Context, n, workers int) (Revocati
 	}
 	watchErrs := make(chan error, 2)
 	onGroup := func(obj any, at time.Time) {
-		if g, ok := obj.(*v1.MysqlFailoverGroup); ok {
+		if g, ok := obj.(*bloodravenv1alpha1.MysqlFailoverGroup); ok {
 			i, ok := groupIndex[g.Name]
 			if !ok {
 				return

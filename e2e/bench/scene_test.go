@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployapi"
 	"github.com/shipstream/bloodraven/internal/operatortest"
 )
@@ -26,7 +26,7 @@ type scene struct {
 	// cfg is a copy of the admin config that the client does not throttle.
 	cfg *rest.Config
 	// groups[i] is worker i's group (and the revocation's lease i).
-	groups []*v1.MysqlFailoverGroup
+	groups []*bloodravenv1alpha1.MysqlFailoverGroup
 	deploy *deployClient
 	// setupToken grants and releases; workers renew with their own tokens.
 	setupToken string
@@ -65,12 +65,12 @@ func (s *scene) addGroups(ctx context.Context, n, workers int) error {
 	if n <= from {
 		return nil
 	}
-	fresh := make([]*v1.MysqlFailoverGroup, n-from)
+	fresh := make([]*bloodravenv1alpha1.MysqlFailoverGroup, n-from)
 	err := parallel(n-from, workers, func(_, k int) error {
 		i := from + k
-		g := &v1.MysqlFailoverGroup{
+		g := &bloodravenv1alpha1.MysqlFailoverGroup{
 			ObjectMeta: metav1.ObjectMeta{Name: groupName(i), Namespace: s.o.Namespace},
-			Spec: v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}, {Name: "pdx"}},
+			Spec: bloodravenv1alpha1.MysqlFailoverGroupSpec{Sites: []bloodravenv1alpha1.Site{{Name: "iad"}, {Name: "pdx"}},
 				FailureDetectionSeconds: 5},
 		}
 		if err := env.Client.Create(ctx, g); err != nil {
@@ -80,10 +80,10 @@ func (s *scene) addGroups(ctx context.Context, n, workers int) error {
 		// group bootstraps with iad primary.
 		s.o.Driver.Seed(g, "iad")
 		fresh[k] = g
-		db := &v1.MysqlDatabase{
+		db := &bloodravenv1alpha1.MysqlDatabase{
 			ObjectMeta: metav1.ObjectMeta{Name: dbName(i), Namespace: s.o.Namespace},
-			Spec: v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: g.Name}, DatabaseName: "app",
-				DeploymentClients: []v1.DeploymentClient{{Namespace: s.o.ClientNamespace, ServiceAccount: operatortest.ServiceAccount}}},
+			Spec: bloodravenv1alpha1.MysqlDatabaseSpec{GroupRef: bloodravenv1alpha1.GroupReference{Name: g.Name}, DatabaseName: "app",
+				DeploymentClients: []bloodravenv1alpha1.DeploymentClient{{Namespace: s.o.ClientNamespace, ServiceAccount: operatortest.ServiceAccount}}},
 		}
 		if err := env.Client.Create(ctx, db); err != nil {
 			return fmt.Errorf("create database %s: %w", db.Name, err)
@@ -102,11 +102,11 @@ func (s *scene) addGroups(ctx context.Context, n, workers int) error {
 func (s *scene) waitGenerations(ctx context.Context, want func(i int) int64, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		var list v1.MysqlFailoverGroupList
+		var list bloodravenv1alpha1.MysqlFailoverGroupList
 		if err := env.Client.List(ctx, &list, client.InNamespace(s.o.Namespace)); err != nil {
 			return fmt.Errorf("list groups: %w", err)
 		}
-		byName := map[string]*v1.MysqlFailoverGroup{}
+		byName := map[string]*bloodravenv1alpha1.MysqlFailoverGroup{}
 		for i := range list.Items {
 			byName[list.Items[i].Name] = &list.Items[i]
 		}
@@ -143,11 +143,11 @@ func (s *scene) addUnrelatedDatabases(ctx context.Context, n, namespaces, worker
 	}
 	return parallel(n, workers, func(_, i int) error {
 		ns := nss[i%len(nss)]
-		db := &v1.MysqlDatabase{
+		db := &bloodravenv1alpha1.MysqlDatabase{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("unrelated-%05d", i), Namespace: ns},
-			Spec: v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: fmt.Sprintf("ghost-%03d", i%100)},
+			Spec: bloodravenv1alpha1.MysqlDatabaseSpec{GroupRef: bloodravenv1alpha1.GroupReference{Name: fmt.Sprintf("ghost-%03d", i%100)},
 				DatabaseName:      fmt.Sprintf("db%05d", i),
-				DeploymentClients: []v1.DeploymentClient{{Namespace: ns, ServiceAccount: "app"}}},
+				DeploymentClients: []bloodravenv1alpha1.DeploymentClient{{Namespace: ns, ServiceAccount: "app"}}},
 		}
 		if err := env.Client.Create(ctx, db); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create database %s/%s: %w", ns, db.Name, err)

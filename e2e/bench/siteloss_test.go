@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/controllers"
 	"github.com/shipstream/bloodraven/internal/operatortest"
 	"github.com/shipstream/bloodraven/topology"
@@ -97,9 +97,9 @@ func (s *siteLoss) writeFloor(ctx context.Context, n, workers int) (float64, err
 		return 0, err
 	}
 	if err := parallel(n-s.floorGroups, 16, func(_, i int) error {
-		return c.Create(ctx, &v1.MysqlFailoverGroup{
+		return c.Create(ctx, &bloodravenv1alpha1.MysqlFailoverGroup{
 			ObjectMeta: metav1.ObjectMeta{Name: siteLossGroup(s.floorGroups + i), Namespace: s.floorNS},
-			Spec:       v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}, {Name: "pdx"}}, FailureDetectionSeconds: 5},
+			Spec:       bloodravenv1alpha1.MysqlFailoverGroupSpec{Sites: []bloodravenv1alpha1.Site{{Name: "iad"}, {Name: "pdx"}}, FailureDetectionSeconds: 5},
 		})
 	}); err != nil {
 		return 0, err
@@ -110,12 +110,12 @@ func (s *siteLoss) writeFloor(ctx context.Context, n, workers int) (float64, err
 	}
 	start := time.Now()
 	err = parallel(n, workers, func(_, i int) error {
-		g := &v1.MysqlFailoverGroup{}
+		g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: s.floorNS, Name: siteLossGroup(i)}, g); err != nil {
 			return err
 		}
 		gen := g.Status.TopologyGeneration + 1
-		g.Status.Transition = &v1.TopologyTransition{Operation: v1.OperationEmergencyFailover, TargetSite: "pdx", Generation: gen,
+		g.Status.Transition = &bloodravenv1alpha1.TopologyTransition{Operation: bloodravenv1alpha1.OperationEmergencyFailover, TargetSite: "pdx", Generation: gen,
 			StartedAt: metav1.Now()}
 		if err := c.Status().Update(ctx, g); err != nil {
 			return err
@@ -291,7 +291,7 @@ func TestSiteLoss(t *testing.T) {
 // siteLoss is the operator and its fleet of groups.
 type siteLoss struct {
 	o      *operatortest.Operator
-	groups []*v1.MysqlFailoverGroup
+	groups []*bloodravenv1alpha1.MysqlFailoverGroup
 	// active is each group's active site, by name.
 	active map[string]string
 	// floorNS holds floorGroups groups nobody reconciles (writeFloor).
@@ -305,11 +305,11 @@ func siteLossGroup(i int) string { return fmt.Sprintf("fleet-%05d", i) }
 // each two MysqlDatabases and waits for their bootstrap.
 func (s *siteLoss) grow(ctx context.Context, n int, budget int32) error {
 	from := len(s.groups)
-	fresh := make([]*v1.MysqlFailoverGroup, n-from)
+	fresh := make([]*bloodravenv1alpha1.MysqlFailoverGroup, n-from)
 	err := parallel(n-from, 16, func(_, i int) error {
-		g := &v1.MysqlFailoverGroup{
+		g := &bloodravenv1alpha1.MysqlFailoverGroup{
 			ObjectMeta: metav1.ObjectMeta{Name: siteLossGroup(from + i), Namespace: s.o.Namespace},
-			Spec: v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}, {Name: "pdx"}},
+			Spec: bloodravenv1alpha1.MysqlFailoverGroupSpec{Sites: []bloodravenv1alpha1.Site{{Name: "iad"}, {Name: "pdx"}},
 				FailureDetectionSeconds: budget},
 		}
 		s.o.Driver.Seed(g, "iad")
@@ -327,16 +327,16 @@ func (s *siteLoss) grow(ctx context.Context, n int, budget int32) error {
 	// the database controller hold in a real fleet.
 	err = parallel(2*(n-from), 16, func(_, k int) error {
 		g := fresh[k/2]
-		return env.Client.Create(ctx, &v1.MysqlDatabase{
+		return env.Client.Create(ctx, &bloodravenv1alpha1.MysqlDatabase{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-db%d", g.Name, k%2), Namespace: s.o.Namespace},
-			Spec: v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: g.Name}, DatabaseName: "app",
-				DeploymentClients: []v1.DeploymentClient{{Namespace: s.o.ClientNamespace, ServiceAccount: operatortest.ServiceAccount}}},
+			Spec: bloodravenv1alpha1.MysqlDatabaseSpec{GroupRef: bloodravenv1alpha1.GroupReference{Name: g.Name}, DatabaseName: "app",
+				DeploymentClients: []bloodravenv1alpha1.DeploymentClient{{Namespace: s.o.ClientNamespace, ServiceAccount: operatortest.ServiceAccount}}},
 		})
 	})
 	if err != nil {
 		return err
 	}
-	if err := s.waitAll(ctx, 5*time.Minute, func(g *v1.MysqlFailoverGroup) bool {
+	if err := s.waitAll(ctx, 5*time.Minute, func(g *bloodravenv1alpha1.MysqlFailoverGroup) bool {
 		return g.Status.TopologyGeneration >= 1 && g.Status.Transition == nil
 	}); err != nil {
 		return err
@@ -350,7 +350,7 @@ func (s *siteLoss) grow(ctx context.Context, n int, budget int32) error {
 func (s *siteLoss) waitDatabases(ctx context.Context, want int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		var list v1.MysqlDatabaseList
+		var list bloodravenv1alpha1.MysqlDatabaseList
 		if err := env.Client.List(ctx, &list, client.InNamespace(s.o.Namespace)); err != nil {
 			return err
 		}
@@ -372,14 +372,14 @@ func (s *siteLoss) waitDatabases(ctx context.Context, want int, timeout time.Dur
 
 // waitAll waits until every fleet group satisfies ok, and records their
 // active sites.
-func (s *siteLoss) waitAll(ctx context.Context, timeout time.Duration, ok func(*v1.MysqlFailoverGroup) bool) error {
+func (s *siteLoss) waitAll(ctx context.Context, timeout time.Duration, ok func(*bloodravenv1alpha1.MysqlFailoverGroup) bool) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		var list v1.MysqlFailoverGroupList
+		var list bloodravenv1alpha1.MysqlFailoverGroupList
 		if err := env.Client.List(ctx, &list, client.InNamespace(s.o.Namespace)); err != nil {
 			return err
 		}
-		byName := map[string]*v1.MysqlFailoverGroup{}
+		byName := map[string]*bloodravenv1alpha1.MysqlFailoverGroup{}
 		for i := range list.Items {
 			byName[list.Items[i].Name] = &list.Items[i]
 		}
@@ -420,7 +420,7 @@ func (s *siteLoss) lose(ctx context.Context, fault string, timeout time.Duration
 	if err != nil {
 		return row, err
 	}
-	w, err := wc.Watch(ctx, &v1.MysqlFailoverGroupList{}, client.InNamespace(s.o.Namespace))
+	w, err := wc.Watch(ctx, &bloodravenv1alpha1.MysqlFailoverGroupList{}, client.InNamespace(s.o.Namespace))
 	if err != nil {
 		return row, err
 	}
@@ -457,7 +457,7 @@ func (s *siteLoss) lose(ctx context.Context, fault string, timeout time.Duration
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok { // the API server ended the watch: watch again
-				if w, err = wc.Watch(ctx, &v1.MysqlFailoverGroupList{}, client.InNamespace(s.o.Namespace)); err != nil {
+				if w, err = wc.Watch(ctx, &bloodravenv1alpha1.MysqlFailoverGroupList{}, client.InNamespace(s.o.Namespace)); err != nil {
 					return row, fmt.Errorf("re-watch after %d promotions: %w", len(promoted), err)
 				}
 				continue
@@ -465,7 +465,7 @@ func (s *siteLoss) lose(ctx context.Context, fault string, timeout time.Duration
 			if ev.Type != watch.Modified && ev.Type != watch.Added {
 				continue
 			}
-			g, ok := ev.Object.(*v1.MysqlFailoverGroup)
+			g, ok := ev.Object.(*bloodravenv1alpha1.MysqlFailoverGroup)
 			if !ok {
 				continue
 			}
@@ -511,14 +511,14 @@ func (s *siteLoss) recover(ctx context.Context, timeout time.Duration) error {
 			s.o.Driver.Revive(g, site.Name)
 		}
 	}
-	return s.waitAll(ctx, timeout, func(g *v1.MysqlFailoverGroup) bool {
+	return s.waitAll(ctx, timeout, func(g *bloodravenv1alpha1.MysqlFailoverGroup) bool {
 		return g.Status.Transition == nil && g.Status.Health.Ready && g.Status.Health.DegradedReason == "" && g.Status.Health.ReplicationRunning &&
 			s.replicaOK(g)
 	})
 }
 
 // replicaOK: every site but the active one replicates and is read-only.
-func (s *siteLoss) replicaOK(g *v1.MysqlFailoverGroup) bool {
+func (s *siteLoss) replicaOK(g *bloodravenv1alpha1.MysqlFailoverGroup) bool {
 	for _, site := range g.Spec.Sites {
 		if site.Name != g.Status.ActiveSite && s.o.Driver.Writable(g, site.Name) {
 			return false

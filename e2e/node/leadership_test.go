@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/mariadblocal"
 	"github.com/shipstream/bloodraven/internal/node"
 	"github.com/shipstream/bloodraven/internal/scene"
@@ -66,16 +66,16 @@ func newRunScene(t *testing.T, ns string, ca []byte) *runScene {
 		t.Fatal(err)
 	}
 	g := scene.Group(ns, sceneGroup,
-		v1.Site{Name: "iad", Host: node.NodeIP, Port: int32(rs.ports[0])},
-		v1.Site{Name: "pdx", Host: node.NodeIP, Port: int32(rs.ports[1])})
-	g.Spec.CredentialsSecretRef = &v1.SecretReference{Name: "mysql"}
+		bloodravenv1alpha1.Site{Name: "iad", Host: node.NodeIP, Port: int32(rs.ports[0])},
+		bloodravenv1alpha1.Site{Name: "pdx", Host: node.NodeIP, Port: int32(rs.ports[1])})
+	g.Spec.CredentialsSecretRef = &bloodravenv1alpha1.SecretReference{Name: "mysql"}
 	for _, o := range []client.Object{
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mysql", Namespace: ns},
 			StringData: map[string]string{"username": sceneUser, "password": scenePassword}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "deploy", Namespace: ns}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "bloodraven-ca", Namespace: ns}, Data: map[string]string{"ca.crt": string(ca)}},
 		g,
-		scene.Database(ns, sceneDB, sceneGroup, v1.DeploymentClient{Namespace: ns, ServiceAccount: "deploy"}),
+		scene.Database(ns, sceneDB, sceneGroup, bloodravenv1alpha1.DeploymentClient{Namespace: ns, ServiceAccount: "deploy"}),
 	} {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/clusterenv"
 	"github.com/shipstream/bloodraven/internal/mariadblocal"
@@ -173,7 +173,7 @@ func TestTheREADMEQuickstartRunsOnTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var runs v1.DeployRunList
+	var runs bloodravenv1alpha1.DeployRunList
 	if err := c.List(ctx, &runs, client.InNamespace("orders")); err != nil {
 		t.Fatal(err)
 	}
@@ -182,8 +182,8 @@ func TestTheREADMEQuickstartRunsOnTheNode(t *testing.T) {
 		t.Logf("DeployRun %s: operation %s, outcome %s, lease %s", r.Name, r.Spec.OperationID, r.Status.Outcome, r.Status.LeaseEnd)
 		if r.Spec.OperationID == "orders-migrate-3f9c2e1-118" {
 			found = true
-			if r.Status.Outcome != v1.DeployRunSucceeded {
-				t.Errorf("DeployRun %s: outcome %q, want %q", r.Name, r.Status.Outcome, v1.DeployRunSucceeded)
+			if r.Status.Outcome != bloodravenv1alpha1.DeployRunSucceeded {
+				t.Errorf("DeployRun %s: outcome %q, want %q", r.Name, r.Status.Outcome, bloodravenv1alpha1.DeployRunSucceeded)
 			}
 		}
 	}

@@ -18,7 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/clusterenv"
 	"github.com/shipstream/bloodraven/internal/node"
 	"github.com/shipstream/bloodraven/internal/scene"
@@ -197,11 +197,11 @@ func testARunOutlivesAKubeletTokenRotation(t *testing.T, tls clusterenv.Listener
 	if err != nil {
 		t.Fatal(err)
 	}
-	var runs v1.DeployRunList
+	var runs bloodravenv1alpha1.DeployRunList
 	if err := c.List(context.Background(), &runs, client.InNamespace(rs.ns)); err != nil {
 		t.Fatal(err)
 	}
-	if len(runs.Items) != 1 || runs.Items[0].Spec.OperationID != op || runs.Items[0].Status.Outcome != v1.DeployRunSucceeded {
+	if len(runs.Items) != 1 || runs.Items[0].Spec.OperationID != op || runs.Items[0].Status.Outcome != bloodravenv1alpha1.DeployRunSucceeded {
 		t.Errorf("want one DeployRun of %s, succeeded; got %d: %+v", op, len(runs.Items), runs.Items)
 	}
 }

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/clusterenv"
 	"github.com/shipstream/bloodraven/internal/ociimage"
 	"github.com/shipstream/bloodraven/internal/scene"
@@ -148,8 +148,8 @@ func TestAnUpgradeFromThePreviousReleaseKeepsLeasesAndTombstones(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"upgrade test"}}}`, v1.RevokeDeploymentLeasesAnnotation)
-	g := &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Namespace: rs.ns, Name: sceneGroup}}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"upgrade test"}}}`, bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation)
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Namespace: rs.ns, Name: sceneGroup}}
 	if err := c.Patch(ctx, g, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/scene"
@@ -92,10 +92,10 @@ func TestSoakOfTwentyDeployRuns(t *testing.T) {
 	for i := range soakClients {
 		name := fmt.Sprintf("soak-%02d", i)
 		g := scene.Group(devenv.PlaygroundNamespace, name,
-			v1.Site{Name: "iad", Host: "127.0.0.1", Port: int32(closed)}, v1.Site{Name: "pdx", Host: "127.0.0.1", Port: int32(closed)})
-		g.Spec.CredentialsSecretRef = &v1.SecretReference{Name: devenv.MySQLSecret}
+			bloodravenv1alpha1.Site{Name: "iad", Host: "127.0.0.1", Port: int32(closed)}, bloodravenv1alpha1.Site{Name: "pdx", Host: "127.0.0.1", Port: int32(closed)})
+		g.Spec.CredentialsSecretRef = &bloodravenv1alpha1.SecretReference{Name: devenv.MySQLSecret}
 		db := scene.Database(devenv.PlaygroundNamespace, name+"-app", name,
-			v1.DeploymentClient{Namespace: devenv.PlaygroundNamespace, ServiceAccount: devenv.DeployServiceAccount})
+			bloodravenv1alpha1.DeploymentClient{Namespace: devenv.PlaygroundNamespace, ServiceAccount: devenv.DeployServiceAccount})
 		for _, o := range []client.Object{g, db} {
 			if err := admin.Create(ctx, o); err != nil {
 				t.Fatal(err)

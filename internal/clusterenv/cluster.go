@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/mariadblocal"
 	"github.com/shipstream/bloodraven/internal/node"
@@ -146,8 +146,8 @@ func StartSites(ctx context.Context, dir string, ports [2]int, user, password st
 
 // WaitBootstrapped waits until the group has a topology generation and no
 // transition, and returns it.
-func WaitBootstrapped(ctx context.Context, c client.Client, key client.ObjectKey, timeout time.Duration) (*v1.MysqlFailoverGroup, error) {
-	g := &v1.MysqlFailoverGroup{}
+func WaitBootstrapped(ctx context.Context, c client.Client, key client.ObjectKey, timeout time.Duration) (*bloodravenv1alpha1.MysqlFailoverGroup, error) {
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, key, g)
 		return err == nil && g.Status.TopologyGeneration >= 1 && g.Status.Transition == nil, nil
@@ -168,9 +168,9 @@ func (c *Cluster) createScene(ctx context.Context, ports [2]int) error {
 	}
 	ns := devenv.PlaygroundNamespace
 	g := scene.Group(ns, devenv.GroupName,
-		v1.Site{Name: "iad", Host: node.NodeIP, Port: int32(ports[0])},
-		v1.Site{Name: "pdx", Host: node.NodeIP, Port: int32(ports[1])})
-	g.Spec.CredentialsSecretRef = &v1.SecretReference{Name: devenv.MySQLSecret}
+		bloodravenv1alpha1.Site{Name: "iad", Host: node.NodeIP, Port: int32(ports[0])},
+		bloodravenv1alpha1.Site{Name: "pdx", Host: node.NodeIP, Port: int32(ports[1])})
+	g.Spec.CredentialsSecretRef = &bloodravenv1alpha1.SecretReference{Name: devenv.MySQLSecret}
 	objs := []client.Object{
 		// The label admits the namespace's deploy clients to the API
 		// (the chart's NetworkPolicy).
@@ -182,7 +182,7 @@ func (c *Cluster) createScene(ctx context.Context, ports [2]int) error {
 		},
 		g,
 		scene.Database(ns, devenv.DatabaseName, devenv.GroupName,
-			v1.DeploymentClient{Namespace: ns, ServiceAccount: devenv.DeployServiceAccount}),
+			bloodravenv1alpha1.DeploymentClient{Namespace: ns, ServiceAccount: devenv.DeployServiceAccount}),
 	}
 	for _, o := range objs {
 		if err := cl.Create(ctx, o); err != nil {

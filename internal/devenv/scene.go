@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/pki"
 	"github.com/shipstream/bloodraven/internal/scene"
 )
@@ -27,7 +27,7 @@ func (p *Playground) createScene(ctx context.Context, c client.Client, kube kube
 		},
 		p.playgroundGroup(),
 		scene.Database(PlaygroundNamespace, DatabaseName, GroupName,
-			v1.DeploymentClient{Namespace: PlaygroundNamespace, ServiceAccount: DeployServiceAccount}),
+			bloodravenv1alpha1.DeploymentClient{Namespace: PlaygroundNamespace, ServiceAccount: DeployServiceAccount}),
 	}
 	for _, o := range objs {
 		if err := c.Create(ctx, o); err != nil {
@@ -47,7 +47,7 @@ func (p *Playground) createScene(ctx context.Context, c client.Client, kube kube
 	p.logf(">> playground scene created: group %s/%s, database %s, deploy token for %s/%s", PlaygroundNamespace, GroupName, DatabaseName, PlaygroundNamespace, DeployServiceAccount)
 	// Hand over a bootstrapped group: until then grants would meet the
 	// bootstrap transition (423) and be fenced by generation 1 right after.
-	g := &v1.MysqlFailoverGroup{}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, client.ObjectKey{Namespace: PlaygroundNamespace, Name: GroupName}, g)
 		return err == nil && g.Status.TopologyGeneration >= 1 && g.Status.Transition == nil, nil
@@ -62,10 +62,10 @@ func (p *Playground) createScene(ctx context.Context, c client.Client, kube kube
 // playgroundGroup is the demo group: iad and pdx on the loopback MariaDB
 // sites (or on what stands in front of them, Config.SitePorts), with the
 // playground's MariaDB account.
-func (p *Playground) playgroundGroup() *v1.MysqlFailoverGroup {
+func (p *Playground) playgroundGroup() *bloodravenv1alpha1.MysqlFailoverGroup {
 	g := scene.Group(PlaygroundNamespace, GroupName,
-		v1.Site{Name: "iad", Host: "127.0.0.1", Port: int32(p.cfg.SitePorts[0])},
-		v1.Site{Name: "pdx", Host: "127.0.0.1", Port: int32(p.cfg.SitePorts[1])})
-	g.Spec.CredentialsSecretRef = &v1.SecretReference{Name: MySQLSecret}
+		bloodravenv1alpha1.Site{Name: "iad", Host: "127.0.0.1", Port: int32(p.cfg.SitePorts[0])},
+		bloodravenv1alpha1.Site{Name: "pdx", Host: "127.0.0.1", Port: int32(p.cfg.SitePorts[1])})
+	g.Spec.CredentialsSecretRef = &bloodravenv1alpha1.SecretReference{Name: MySQLSecret}
 	return g
 }

@@ -40,7 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployapi"
 	"github.com/shipstream/bloodraven/internal/pki"
 	"github.com/shipstream/bloodraven/internal/testenv"
@@ -134,17 +134,17 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 	o.Namespace = env.Namespace(t)
 	o.ClientNamespace = env.Namespace(t)
 
-	g := &v1.MysqlFailoverGroup{
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{
 		ObjectMeta: metav1.ObjectMeta{Name: GroupName, Namespace: o.Namespace},
-		Spec: v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad"}, {Name: "pdx"}},
+		Spec: bloodravenv1alpha1.MysqlFailoverGroupSpec{Sites: []bloodravenv1alpha1.Site{{Name: "iad"}, {Name: "pdx"}},
 			FailureDetectionSeconds: opts.FailureDetectionSeconds},
 	}
 	must(t, env.Client.Create(ctx, g))
 	o.Driver.Seed(g, "iad")
-	must(t, env.Client.Create(ctx, &v1.MysqlDatabase{
+	must(t, env.Client.Create(ctx, &bloodravenv1alpha1.MysqlDatabase{
 		ObjectMeta: metav1.ObjectMeta{Name: Instance, Namespace: o.Namespace},
-		Spec: v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: GroupName}, DatabaseName: "orders",
-			DeploymentClients: []v1.DeploymentClient{{Namespace: o.ClientNamespace, ServiceAccount: ServiceAccount}}},
+		Spec: bloodravenv1alpha1.MysqlDatabaseSpec{GroupRef: bloodravenv1alpha1.GroupReference{Name: GroupName}, DatabaseName: "orders",
+			DeploymentClients: []bloodravenv1alpha1.DeploymentClient{{Namespace: o.ClientNamespace, ServiceAccount: ServiceAccount}}},
 	}))
 	must(t, env.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ServiceAccount, Namespace: o.ClientNamespace}}))
 
@@ -289,15 +289,15 @@ func (o *Operator) TokenFile() string {
 }
 
 // Group reads the group.
-func (o *Operator) Group() *v1.MysqlFailoverGroup {
+func (o *Operator) Group() *bloodravenv1alpha1.MysqlFailoverGroup {
 	o.t.Helper()
-	g := &v1.MysqlFailoverGroup{}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	must(o.t, o.Env.Client.Get(context.Background(), client.ObjectKey{Namespace: o.Namespace, Name: GroupName}, g))
 	return g
 }
 
 // WaitGeneration waits until the group's topology generation is gen.
-func (o *Operator) WaitGeneration(gen int64, timeout time.Duration) *v1.MysqlFailoverGroup {
+func (o *Operator) WaitGeneration(gen int64, timeout time.Duration) *bloodravenv1alpha1.MysqlFailoverGroup {
 	o.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -329,7 +329,7 @@ func (o *Operator) RevokeAll() {
 	if g.Annotations == nil {
 		g.Annotations = map[string]string{}
 	}
-	g.Annotations[v1.RevokeDeploymentLeasesAnnotation] = "true"
+	g.Annotations[bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation] = "true"
 	must(o.t, o.Env.Client.Patch(context.Background(), g, patch))
 }
 
@@ -347,7 +347,7 @@ func (o *Operator) SetTransition() {
 	// The controller writes the status too: retry on a conflict.
 	must(o.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		g := o.Group()
-		g.Status.Transition = &v1.TopologyTransition{Operation: "PlannedFailover", TargetSite: "pdx",
+		g.Status.Transition = &bloodravenv1alpha1.TopologyTransition{Operation: "PlannedFailover", TargetSite: "pdx",
 			Generation: g.Status.TopologyGeneration + 1, StartedAt: metav1.Now()}
 		return o.Env.Client.Status().Update(context.Background(), g)
 	}))

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployclient/wire"
 )
 
@@ -28,19 +28,19 @@ const DeployAudience = "bloodraven-deploy"
 
 // Group is a MysqlFailoverGroup ns/name with the given sites, or iad and
 // pdx without addresses when none are given.
-func Group(ns, name string, sites ...v1.Site) *v1.MysqlFailoverGroup {
+func Group(ns, name string, sites ...bloodravenv1alpha1.Site) *bloodravenv1alpha1.MysqlFailoverGroup {
 	if len(sites) == 0 {
-		sites = []v1.Site{{Name: "iad"}, {Name: "pdx"}}
+		sites = []bloodravenv1alpha1.Site{{Name: "iad"}, {Name: "pdx"}}
 	}
-	return &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: v1.MysqlFailoverGroupSpec{Sites: sites}}
+	return &bloodravenv1alpha1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: bloodravenv1alpha1.MysqlFailoverGroupSpec{Sites: sites}}
 }
 
 // Database is a MysqlDatabase ns/name of group (schema "counter") that lets
 // clients use the deployment API.
-func Database(ns, name, group string, clients ...v1.DeploymentClient) *v1.MysqlDatabase {
-	return &v1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: v1.MysqlDatabaseSpec{GroupRef: v1.GroupReference{Name: group}, DatabaseName: "counter", DeploymentClients: clients}}
+func Database(ns, name, group string, clients ...bloodravenv1alpha1.DeploymentClient) *bloodravenv1alpha1.MysqlDatabase {
+	return &bloodravenv1alpha1.MysqlDatabase{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: bloodravenv1alpha1.MysqlDatabaseSpec{GroupRef: bloodravenv1alpha1.GroupReference{Name: group}, DatabaseName: "counter", DeploymentClients: clients}}
 }
 
 // Token creates the ServiceAccount ns/name unless it exists and returns a

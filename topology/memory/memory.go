@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/topology"
 )
 
@@ -54,10 +54,12 @@ var (
 // New returns an empty simulated data plane.
 func New() *Driver { return &Driver{sites: map[string]*site{}} }
 
-func key(g *v1.MysqlFailoverGroup, s string) string { return g.Namespace + "/" + g.Name + "/" + s }
+func key(g *bloodravenv1alpha1.MysqlFailoverGroup, s string) string {
+	return g.Namespace + "/" + g.Name + "/" + s
+}
 
 // Seed declares g's sites: primary writable, the others replicating from it.
-func (d *Driver) Seed(g *v1.MysqlFailoverGroup, primary string) {
+func (d *Driver) Seed(g *bloodravenv1alpha1.MysqlFailoverGroup, primary string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, s := range g.Spec.Sites {
@@ -65,7 +67,7 @@ func (d *Driver) Seed(g *v1.MysqlFailoverGroup, primary string) {
 	}
 }
 
-func (d *Driver) with(g *v1.MysqlFailoverGroup, name string, f func(*site)) {
+func (d *Driver) with(g *bloodravenv1alpha1.MysqlFailoverGroup, name string, f func(*site)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if s, ok := d.sites[key(g, name)]; ok {
@@ -75,7 +77,7 @@ func (d *Driver) with(g *v1.MysqlFailoverGroup, name string, f func(*site)) {
 
 // Kill makes a site unreachable (its flags are kept, as a crashed server's
 // configuration would be).
-func (d *Driver) Kill(g *v1.MysqlFailoverGroup, name string) {
+func (d *Driver) Kill(g *bloodravenv1alpha1.MysqlFailoverGroup, name string) {
 	d.with(g, name, func(s *site) { s.reachable = false })
 }
 
@@ -83,7 +85,7 @@ func (d *Driver) Kill(g *v1.MysqlFailoverGroup, name string) {
 // black-holed server does: every call that touches it waits HangCost, or
 // until its context ends, and then fails. Kill is the refused case: it
 // fails at once.
-func (d *Driver) Hang(g *v1.MysqlFailoverGroup, name string) {
+func (d *Driver) Hang(g *bloodravenv1alpha1.MysqlFailoverGroup, name string) {
 	d.with(g, name, func(s *site) { s.reachable, s.hung = false, true })
 }
 
@@ -95,7 +97,7 @@ func (d *Driver) Hang(g *v1.MysqlFailoverGroup, name string) {
 // flags and answers nothing from then on (Hang), and the call waits
 // HangCost and fails with a *topology.UnreachableError naming site, the
 // target left writable. One promotion spends it.
-func (d *Driver) HangInPromote(g *v1.MysqlFailoverGroup, site string) {
+func (d *Driver) HangInPromote(g *bloodravenv1alpha1.MysqlFailoverGroup, site string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.hangInPromote == nil {
@@ -105,7 +107,7 @@ func (d *Driver) HangInPromote(g *v1.MysqlFailoverGroup, site string) {
 }
 
 // Revive makes a site reachable again, as it was when killed or hung.
-func (d *Driver) Revive(g *v1.MysqlFailoverGroup, name string) {
+func (d *Driver) Revive(g *bloodravenv1alpha1.MysqlFailoverGroup, name string) {
 	d.with(g, name, func(s *site) { s.reachable, s.hung = true, false })
 }
 
@@ -124,7 +126,7 @@ func (d *Driver) hang(ctx context.Context) {
 }
 
 // isHung tells whether the site is hung.
-func (d *Driver) isHung(g *v1.MysqlFailoverGroup, name string) bool {
+func (d *Driver) isHung(g *bloodravenv1alpha1.MysqlFailoverGroup, name string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s, ok := d.sites[key(g, name)]
@@ -132,13 +134,13 @@ func (d *Driver) isHung(g *v1.MysqlFailoverGroup, name string) bool {
 }
 
 // SetLag sets a site's replication lag.
-func (d *Driver) SetLag(g *v1.MysqlFailoverGroup, name string, lag float64) {
+func (d *Driver) SetLag(g *bloodravenv1alpha1.MysqlFailoverGroup, name string, lag float64) {
 	d.with(g, name, func(s *site) { s.lag = lag })
 }
 
 // Probe reports the simulated sites; hung sites are probed in parallel,
 // as the SQL driver does.
-func (d *Driver) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topology.SiteState, error) {
+func (d *Driver) Probe(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) ([]topology.SiteState, error) {
 	hung := false
 	for _, sp := range g.Spec.Sites {
 		hung = hung || d.isHung(g, sp.Name)
@@ -150,7 +152,7 @@ func (d *Driver) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topolog
 }
 
 // ProbeSite reports one simulated site; a hung one costs HangCost.
-func (d *Driver) ProbeSite(ctx context.Context, g *v1.MysqlFailoverGroup, name string) (topology.SiteState, error) {
+func (d *Driver) ProbeSite(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, name string) (topology.SiteState, error) {
 	if d.isHung(g, name) {
 		d.hang(ctx)
 		return topology.SiteState{Name: name}, nil
@@ -163,7 +165,7 @@ func (d *Driver) ProbeSite(ctx context.Context, g *v1.MysqlFailoverGroup, name s
 	return topology.SiteState{Name: name}, nil
 }
 
-func (d *Driver) probe(g *v1.MysqlFailoverGroup) []topology.SiteState {
+func (d *Driver) probe(g *bloodravenv1alpha1.MysqlFailoverGroup) []topology.SiteState {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.AutoSeed && len(g.Spec.Sites) > 0 {
@@ -185,7 +187,7 @@ func (d *Driver) probe(g *v1.MysqlFailoverGroup) []topology.SiteState {
 	return out
 }
 
-func (d *Driver) anyWritable(g *v1.MysqlFailoverGroup) bool {
+func (d *Driver) anyWritable(g *bloodravenv1alpha1.MysqlFailoverGroup) bool {
 	for _, sp := range g.Spec.Sites {
 		if s, ok := d.sites[key(g, sp.Name)]; ok && s.writable {
 			return true
@@ -199,7 +201,7 @@ func (d *Driver) anyWritable(g *v1.MysqlFailoverGroup) bool {
 // is unreachable (FenceOthers). An emergency promotion tries every other
 // site, and a hung one costs HangCost, unless the context skips it
 // (topology.WithSkipped).
-func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target string, generation int64, planned bool) error {
+func (d *Driver) Promote(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, target string, generation int64, planned bool) error {
 	// As the SQL driver: a deposed leader opens nothing.
 	if _, cancel, err := topology.ConfirmLeading(ctx); err != nil {
 		return fmt.Errorf("promote %s: %w", target, err)
@@ -224,7 +226,7 @@ func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target s
 
 // promote is Promote's change of the flags, with d.mu held. It returns the
 // site a HangInPromote hung after target was opened; "" when none.
-func (d *Driver) promote(g *v1.MysqlFailoverGroup, target string, generation int64, planned bool) (hung string, err error) {
+func (d *Driver) promote(g *bloodravenv1alpha1.MysqlFailoverGroup, target string, generation int64, planned bool) (hung string, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	t, ok := d.sites[key(g, target)]
@@ -259,7 +261,7 @@ func (d *Driver) promote(g *v1.MysqlFailoverGroup, target string, generation int
 }
 
 // act applies f to a reachable site and records call.
-func (d *Driver) act(ctx context.Context, g *v1.MysqlFailoverGroup, name, call string, f func(*site) error) error {
+func (d *Driver) act(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, name, call string, f func(*site) error) error {
 	if d.isHung(g, name) {
 		d.hang(ctx)
 	}
@@ -277,14 +279,14 @@ func (d *Driver) act(ctx context.Context, g *v1.MysqlFailoverGroup, name, call s
 }
 
 // Fence makes a site read-only.
-func (d *Driver) Fence(ctx context.Context, g *v1.MysqlFailoverGroup, name string) error {
+func (d *Driver) Fence(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, name string) error {
 	return d.act(ctx, g, name, "fence "+name, func(s *site) error { s.writable = false; return nil })
 }
 
 // FenceOthers fences every site but target, failing with an
 // *topology.UnreachableError for the first one that is unreachable (or
 // unknown); target must be reachable too.
-func (d *Driver) FenceOthers(ctx context.Context, g *v1.MysqlFailoverGroup, target string) error {
+func (d *Driver) FenceOthers(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, target string) error {
 	for _, sp := range g.Spec.Sites {
 		if d.isHung(g, sp.Name) {
 			d.hang(ctx)
@@ -301,7 +303,7 @@ func (d *Driver) FenceOthers(ctx context.Context, g *v1.MysqlFailoverGroup, targ
 }
 
 // fenceOthers is FenceOthers with d.mu held.
-func (d *Driver) fenceOthers(g *v1.MysqlFailoverGroup, target string) error {
+func (d *Driver) fenceOthers(g *bloodravenv1alpha1.MysqlFailoverGroup, target string) error {
 	if t, ok := d.sites[key(g, target)]; !ok || !t.reachable {
 		return &topology.UnreachableError{Site: target, Err: fmt.Errorf("simulated site unreachable")}
 	}
@@ -320,12 +322,12 @@ func (d *Driver) fenceOthers(g *v1.MysqlFailoverGroup, target string) error {
 
 // FailUpdates makes every UpdateSite of a site fail with err (nil: succeed
 // again), as a rollout that does not come up would.
-func (d *Driver) FailUpdates(g *v1.MysqlFailoverGroup, name string, err error) {
+func (d *Driver) FailUpdates(g *bloodravenv1alpha1.MysqlFailoverGroup, name string, err error) {
 	d.with(g, name, func(s *site) { s.updateErr = err })
 }
 
 // UpdateSite records the revision.
-func (d *Driver) UpdateSite(ctx context.Context, g *v1.MysqlFailoverGroup, name, revision string) error {
+func (d *Driver) UpdateSite(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, name, revision string) error {
 	return d.act(ctx, g, name, "update "+name+" "+revision, func(s *site) error {
 		if s.updateErr != nil {
 			return s.updateErr
@@ -336,12 +338,12 @@ func (d *Driver) UpdateSite(ctx context.Context, g *v1.MysqlFailoverGroup, name,
 }
 
 // RestoreSite records the restore.
-func (d *Driver) RestoreSite(ctx context.Context, g *v1.MysqlFailoverGroup, name, id string) error {
+func (d *Driver) RestoreSite(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, name, id string) error {
 	return d.act(ctx, g, name, "restore "+name+" "+id, func(s *site) error { s.restoredID = id; return nil })
 }
 
 // Generation is the generation last written to a site by Promote.
-func (d *Driver) Generation(g *v1.MysqlFailoverGroup, name string) int64 {
+func (d *Driver) Generation(g *bloodravenv1alpha1.MysqlFailoverGroup, name string) int64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if s, ok := d.sites[key(g, name)]; ok {
@@ -351,7 +353,7 @@ func (d *Driver) Generation(g *v1.MysqlFailoverGroup, name string) int64 {
 }
 
 // Rejoin makes a fenced site replicate from primary.
-func (d *Driver) Rejoin(ctx context.Context, g *v1.MysqlFailoverGroup, name, primary string) error {
+func (d *Driver) Rejoin(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, name, primary string) error {
 	if _, cancel, err := topology.ConfirmLeading(ctx); err != nil {
 		return fmt.Errorf("rejoin %s: %w", name, err)
 	} else {
@@ -369,7 +371,7 @@ func (d *Driver) Rejoin(ctx context.Context, g *v1.MysqlFailoverGroup, name, pri
 // Writable reports the simulated read_only flag of a site, also while it is
 // unreachable: what the server would say once it answers again. Tests use it
 // to check that no two sites are ever writable.
-func (d *Driver) Writable(g *v1.MysqlFailoverGroup, name string) bool {
+func (d *Driver) Writable(g *bloodravenv1alpha1.MysqlFailoverGroup, name string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s, ok := d.sites[key(g, name)]

@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/utils/clock"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
 // DefaultCredentialTTL is how long a group's account is kept before it is
@@ -49,7 +49,7 @@ type credEntry struct {
 	at             time.Time
 }
 
-func keyOf(g *v1.MysqlFailoverGroup) credKey {
+func keyOf(g *bloodravenv1alpha1.MysqlFailoverGroup) credKey {
 	k := credKey{uid: string(g.UID)}
 	if ref := g.Spec.CredentialsSecretRef; ref != nil {
 		k.secret = ref.Name
@@ -67,7 +67,7 @@ func (c *CredentialCache) ttl() time.Duration {
 // Get returns g's account, from the cache while it is younger than TTL.
 // When it must read, a read already in progress for g is waited for instead
 // of starting another; ctx bounds only the wait of this caller.
-func (c *CredentialCache) Get(ctx context.Context, g *v1.MysqlFailoverGroup) (string, string, error) {
+func (c *CredentialCache) Get(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
 	k := keyOf(g)
 	now := c.Clock.Now()
 	c.mu.Lock()
@@ -114,7 +114,7 @@ func (c *CredentialCache) Get(ctx context.Context, g *v1.MysqlFailoverGroup) (st
 
 // Invalidate forgets g's account, and makes the next Get read again even
 // while an older read is in progress.
-func (c *CredentialCache) Invalidate(g *v1.MysqlFailoverGroup) {
+func (c *CredentialCache) Invalidate(g *bloodravenv1alpha1.MysqlFailoverGroup) {
 	c.mu.Lock()
 	delete(c.m, keyOf(g))
 	delete(c.inflight, keyOf(g))

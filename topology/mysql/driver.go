@@ -13,7 +13,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"k8s.io/utils/clock"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/topology"
 )
 
@@ -22,7 +22,7 @@ import (
 var ErrErrantTransactions = errors.New("site has errant transactions: left fenced (read-only), needs manual repair")
 
 // Credentials resolves the account for a group (from its Secret).
-type Credentials func(ctx context.Context, g *v1.MysqlFailoverGroup) (user, password string, err error)
+type Credentials func(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) (user, password string, err error)
 
 // Driver is the SQL topology driver.
 type Driver struct {
@@ -30,7 +30,7 @@ type Driver struct {
 	// CredentialsRejected, when set, is told that a site refused the
 	// group's account (error 1045): a cache of Credentials reads them
 	// afresh on the next call.
-	CredentialsRejected func(g *v1.MysqlFailoverGroup)
+	CredentialsRejected func(g *bloodravenv1alpha1.MysqlFailoverGroup)
 	// WaitTimeout bounds GTID waits during promotion; default 30 s.
 	WaitTimeout time.Duration
 	// Clock is what the driver's own waits (Rejoin's wait for the
@@ -89,7 +89,7 @@ func (d *Driver) waitTimeout() time.Duration {
 }
 
 // open returns a pooled connection to one site.
-func (d *Driver) open(ctx context.Context, g *v1.MysqlFailoverGroup, s v1.Site) (*site, error) {
+func (d *Driver) open(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, s bloodravenv1alpha1.Site) (*site, error) {
 	user, pw, err := d.Credentials(ctx, g)
 	if err != nil {
 		return nil, err
@@ -145,14 +145,14 @@ func (d *Driver) open(ctx context.Context, g *v1.MysqlFailoverGroup, s v1.Site) 
 }
 
 // rejected tells CredentialsRejected about an access-denied answer.
-func (d *Driver) rejected(g *v1.MysqlFailoverGroup, err error) {
+func (d *Driver) rejected(g *bloodravenv1alpha1.MysqlFailoverGroup, err error) {
 	var me *gomysql.MySQLError
 	if d.CredentialsRejected != nil && errors.As(err, &me) && me.Number == 1045 {
 		d.CredentialsRejected(g)
 	}
 }
 
-func siteSpec(g *v1.MysqlFailoverGroup, name string) (v1.Site, error) {
+func siteSpec(g *bloodravenv1alpha1.MysqlFailoverGroup, name string) (bloodravenv1alpha1.Site, error) {
 	for _, s := range g.Spec.Sites {
 		if s.Name == name {
 			if s.Host == "" {
@@ -161,7 +161,7 @@ func siteSpec(g *v1.MysqlFailoverGroup, name string) (v1.Site, error) {
 			return s, nil
 		}
 	}
-	return v1.Site{}, fmt.Errorf("site %s is not in the group", name)
+	return bloodravenv1alpha1.Site{}, fmt.Errorf("site %s is not in the group", name)
 }
 
 // replicaStatus reads SHOW REPLICA STATUS into a map (empty when the server
@@ -219,7 +219,7 @@ func (s *site) probe(ctx context.Context) (topology.SiteState, string, error) {
 
 // Probe observes every site at once, each bounded by topology.ProbeTimeout;
 // an unreachable site is reported, not an error.
-func (d *Driver) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topology.SiteState, error) {
+func (d *Driver) Probe(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) ([]topology.SiteState, error) {
 	out := make([]topology.SiteState, len(g.Spec.Sites))
 	var wg sync.WaitGroup
 	for i, sp := range g.Spec.Sites {
@@ -234,7 +234,7 @@ func (d *Driver) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topolog
 }
 
 // ProbeSite observes one site, bounded by topology.ProbeTimeout.
-func (d *Driver) ProbeSite(ctx context.Context, g *v1.MysqlFailoverGroup, name string) (topology.SiteState, error) {
+func (d *Driver) ProbeSite(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, name string) (topology.SiteState, error) {
 	for _, sp := range g.Spec.Sites {
 		if sp.Name == name {
 			return d.probeSite(ctx, g, sp), nil
@@ -243,7 +243,7 @@ func (d *Driver) ProbeSite(ctx context.Context, g *v1.MysqlFailoverGroup, name s
 	return topology.SiteState{Name: name}, nil
 }
 
-func (d *Driver) probeSite(ctx context.Context, g *v1.MysqlFailoverGroup, sp v1.Site) topology.SiteState {
+func (d *Driver) probeSite(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sp bloodravenv1alpha1.Site) topology.SiteState {
 	st := topology.SiteState{Name: sp.Name}
 	if sp.Host == "" {
 		return st
@@ -263,7 +263,7 @@ func (d *Driver) probeSite(ctx context.Context, g *v1.MysqlFailoverGroup, sp v1.
 }
 
 // GTIDs returns each reachable site's executed GTID set.
-func (d *Driver) GTIDs(ctx context.Context, g *v1.MysqlFailoverGroup) (map[string]string, error) {
+func (d *Driver) GTIDs(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) (map[string]string, error) {
 	out := map[string]string{}
 	for _, sp := range g.Spec.Sites {
 		s, err := d.open(ctx, g, sp)
@@ -299,7 +299,7 @@ func redact(q string) string {
 // Promote makes target the writable primary under generation. A planned
 // promotion runs FenceOthers first, so it never opens target while another
 // site may still be writable.
-func (d *Driver) Promote(ctx context.Context, g *v1.MysqlFailoverGroup, target string, generation int64, planned bool) error {
+func (d *Driver) Promote(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, target string, generation int64, planned bool) error {
 	tspec, err := siteSpec(g, target)
 	if err != nil {
 		return err
@@ -498,7 +498,7 @@ const fenceWait = 10 * time.Second
 // fenced or confirmed within fenceTimeout, fails it with an
 // *topology.UnreachableError naming the site: a planned promotion never
 // skips a site that may still be writable.
-func (d *Driver) FenceOthers(ctx context.Context, g *v1.MysqlFailoverGroup, target string) error {
+func (d *Driver) FenceOthers(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, target string) error {
 	tspec, err := siteSpec(g, target)
 	if err != nil {
 		return err
@@ -529,7 +529,7 @@ func (d *Driver) FenceOthers(ctx context.Context, g *v1.MysqlFailoverGroup, targ
 
 // fenceAndConfirm makes one site read-only, reads it back, and returns its
 // GTID position once it is confirmed read-only.
-func (d *Driver) fenceAndConfirm(ctx context.Context, g *v1.MysqlFailoverGroup, sp v1.Site) (string, error) {
+func (d *Driver) fenceAndConfirm(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sp bloodravenv1alpha1.Site) (string, error) {
 	if sp.Host == "" {
 		return "", fmt.Errorf("site %s has no host", sp.Name)
 	}
@@ -566,7 +566,7 @@ func (d *Driver) fenceAndConfirm(ctx context.Context, g *v1.MysqlFailoverGroup, 
 }
 
 // Fence makes site read-only.
-func (d *Driver) Fence(ctx context.Context, g *v1.MysqlFailoverGroup, name string) error {
+func (d *Driver) Fence(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, name string) error {
 	sp, err := siteSpec(g, name)
 	if err != nil {
 		return err
@@ -586,7 +586,7 @@ var _ topology.FenceRecorder = (*Driver)(nil)
 // on a site that answers but refuses the write; a site it cannot reach
 // keeps its row (its next promotion or reassertion refuses to open over
 // it, which a person sees as ErrNewerFence).
-func (d *Driver) UndoTransition(ctx context.Context, g *v1.MysqlFailoverGroup, generation int64, target string, previous int64, active string) error {
+func (d *Driver) UndoTransition(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, generation int64, target string, previous int64, active string) error {
 	ctx, cancel, err := topology.ConfirmLeading(ctx)
 	if err != nil {
 		return fmt.Errorf("undo the fence of generation %d: %w", generation, err)
@@ -615,7 +615,7 @@ func (d *Driver) UndoTransition(ctx context.Context, g *v1.MysqlFailoverGroup, g
 // is refused by the primary (its GTIDs are not in the primary's binary log);
 // replication is then stopped, the site stays fenced, and
 // ErrErrantTransactions is returned.
-func (d *Driver) Rejoin(ctx context.Context, g *v1.MysqlFailoverGroup, name, primary string) error {
+func (d *Driver) Rejoin(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, name, primary string) error {
 	sp, err := siteSpec(g, name)
 	if err != nil {
 		return err
@@ -683,7 +683,7 @@ const (
 // UpdateSite is the data-plane step of an ordered update. Rolling a new
 // server version is the platform's job (image change); the driver checks
 // the site answers and replicates after it.
-func (d *Driver) UpdateSite(ctx context.Context, g *v1.MysqlFailoverGroup, name, _ string) error {
+func (d *Driver) UpdateSite(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, name, _ string) error {
 	sp, err := siteSpec(g, name)
 	if err != nil {
 		return err
@@ -694,7 +694,7 @@ func (d *Driver) UpdateSite(ctx context.Context, g *v1.MysqlFailoverGroup, name,
 
 // RestoreSite is the data-plane step of a restore-in-place. Restoring a
 // backup is outside this driver; it checks the site answers.
-func (d *Driver) RestoreSite(ctx context.Context, g *v1.MysqlFailoverGroup, name, _ string) error {
+func (d *Driver) RestoreSite(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, name, _ string) error {
 	return d.UpdateSite(ctx, g, name, "")
 }
 

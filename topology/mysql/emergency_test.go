@@ -9,7 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 )
 
 // Each dialect names the SHOW REPLICA STATUS column of the transactions a
@@ -84,12 +84,12 @@ func TestEmergencyPromotionAppliesWhatTheTargetReceivedBeforeResettingIt(t *test
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.rec.fenceGen, tc.rec.fenceActive = 2, "pdx"
-			g := &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "db", UID: "uid-orders"},
-				Spec: v1.MysqlFailoverGroupSpec{Sites: []v1.Site{
+			g := &bloodravenv1alpha1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "db", UID: "uid-orders"},
+				Spec: bloodravenv1alpha1.MysqlFailoverGroupSpec{Sites: []bloodravenv1alpha1.Site{
 					{Name: "iad", Host: "10.0.0.1", Port: 3306}, // the lost primary
 					{Name: "pdx", Host: "10.0.0.2", Port: 3306},
 				}}}
-			d := New(func(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
+			d := New(func(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
 				return "bloodraven", "s3cret", nil
 			})
 			d.WaitTimeout = 7 * time.Second

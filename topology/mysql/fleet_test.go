@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/topology"
 )
 
@@ -20,7 +20,7 @@ type secret struct {
 	reads    int
 }
 
-func (s *secret) fetch(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
+func (s *secret) fetch(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reads++
@@ -78,7 +78,7 @@ func TestTwoGroupsNamingTheSameHostShareNoPool(t *testing.T) {
 	a.UID, b.UID = "uid-a", "uid-b"
 	b.Name = "other"
 	ctx := context.Background()
-	for _, g := range []*v1.MysqlFailoverGroup{a, b} {
+	for _, g := range []*bloodravenv1alpha1.MysqlFailoverGroup{a, b} {
 		if _, err := st.driver.Probe(ctx, g); err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +133,7 @@ func newGatedFetch(answer func(n int) string) *gatedFetch {
 	return &gatedFetch{release: make(chan struct{}), answer: answer}
 }
 
-func (f *gatedFetch) fetch(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
+func (f *gatedFetch) fetch(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
 	f.mu.Lock()
 	f.reads++
 	n := f.reads
@@ -150,8 +150,8 @@ func (f *gatedFetch) count() int {
 	return f.reads
 }
 
-func (f *gatedFetch) cache() (*CredentialCache, *v1.MysqlFailoverGroup) {
-	g := &v1.MysqlFailoverGroup{}
+func (f *gatedFetch) cache() (*CredentialCache, *bloodravenv1alpha1.MysqlFailoverGroup) {
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	g.UID = "uid-orders"
 	return &CredentialCache{Clock: clocktesting.NewFakeClock(time.Now()), Fetch: f.fetch}, g
 }

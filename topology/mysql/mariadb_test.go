@@ -12,7 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/mariadblocal"
 	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/topology"
@@ -22,7 +22,7 @@ func freePort(t *testing.T) int { return testenv.FreePort(t) }
 
 type sites struct {
 	iad, pdx *mariadblocal.Server
-	group    *v1.MysqlFailoverGroup
+	group    *bloodravenv1alpha1.MysqlFailoverGroup
 	driver   *Driver
 }
 
@@ -47,12 +47,12 @@ func startSites(t *testing.T) *sites {
 	if err := pdx.ReplicateFrom(ctx, iad); err != nil {
 		t.Fatal(err)
 	}
-	g := &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "db"},
-		Spec: v1.MysqlFailoverGroupSpec{Sites: []v1.Site{
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "db"},
+		Spec: bloodravenv1alpha1.MysqlFailoverGroupSpec{Sites: []bloodravenv1alpha1.Site{
 			{Name: "iad", Host: "127.0.0.1", Port: int32(iad.Port)},
 			{Name: "pdx", Host: "127.0.0.1", Port: int32(pdx.Port)},
 		}}}
-	d := New(func(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
+	d := New(func(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
 		return "bloodraven", "s3cret", nil
 	})
 	t.Cleanup(d.Close)

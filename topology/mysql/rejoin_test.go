@@ -10,12 +10,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/mariadblocal"
 )
 
 // rejoinInBackground runs Rejoin of iad toward pdx; done gets its result.
-func rejoinInBackground(ctx context.Context, d *Driver, g *v1.MysqlFailoverGroup) <-chan error {
+func rejoinInBackground(ctx context.Context, d *Driver, g *bloodravenv1alpha1.MysqlFailoverGroup) <-chan error {
 	done := make(chan error, 1)
 	go func() { done <- d.Rejoin(ctx, g, "iad", "pdx") }()
 	return done
@@ -54,12 +54,12 @@ func TestRejoinWaitsOnTheDriversClockAndStopsWhenItsContextEnds(t *testing.T) {
 	t.Cleanup(iad.Kill)
 	// pdx, the primary iad is pointed at, never answers: iad's IO thread
 	// keeps connecting, and Rejoin keeps waiting.
-	g := &v1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "db", UID: "uid-orders"},
-		Spec: v1.MysqlFailoverGroupSpec{Sites: []v1.Site{
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "db", UID: "uid-orders"},
+		Spec: bloodravenv1alpha1.MysqlFailoverGroupSpec{Sites: []bloodravenv1alpha1.Site{
 			{Name: "iad", Host: "127.0.0.1", Port: int32(iad.Port)},
 			{Name: "pdx", Host: "127.0.0.1", Port: int32(freePort(t))},
 		}}}
-	d := New(func(context.Context, *v1.MysqlFailoverGroup) (string, string, error) {
+	d := New(func(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
 		return "bloodraven", "s3cret", nil
 	})
 	t.Cleanup(d.Close)

@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/topology"
 )
 
@@ -61,8 +61,8 @@ type key struct {
 
 type endpoint struct {
 	group  types.NamespacedName
-	spec   v1.Site
-	g      *v1.MysqlFailoverGroup // the latest copy tracked, for the driver
+	spec   bloodravenv1alpha1.Site
+	g      *bloodravenv1alpha1.MysqlFailoverGroup // the latest copy tracked, for the driver
 	active bool
 	// state is the result of the newest probe to start among those that
 	// finished (see started); seenAt when it finished (zero: never probed).
@@ -107,7 +107,7 @@ func (p *Prober) init() {
 
 // Track records g's sites and its active site. The controller calls it on
 // every reconcile with the group it just read.
-func (p *Prober) Track(g *v1.MysqlFailoverGroup) {
+func (p *Prober) Track(g *bloodravenv1alpha1.MysqlFailoverGroup) {
 	p.init()
 	gc := g.DeepCopy()
 	nn := types.NamespacedName{Namespace: g.Namespace, Name: g.Name}
@@ -183,7 +183,7 @@ func (p *Prober) freshDead() time.Duration { return 2 * (p.Interval + topology.P
 // (it is probed in the background meanwhile, and its return wakes the
 // group). All others are probed now. Sites come back in spec order. So a
 // hung primary never holds a reconcile: the background prober pays for it.
-func (p *Prober) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topology.SiteState, error) {
+func (p *Prober) Probe(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) ([]topology.SiteState, error) {
 	p.Track(g)
 	out := make([]topology.SiteState, len(g.Spec.Sites))
 	now := p.Clock.Now()
@@ -230,7 +230,7 @@ func (p *Prober) Probe(ctx context.Context, g *v1.MysqlFailoverGroup) ([]topolog
 // Invalidate makes the next Probe of g dial every site it does not know to
 // be dead: the controller acted on g's data plane, so what the prober saw
 // before no longer stands in for a probe.
-func (p *Prober) Invalidate(g *v1.MysqlFailoverGroup) {
+func (p *Prober) Invalidate(g *bloodravenv1alpha1.MysqlFailoverGroup) {
 	p.init()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -242,7 +242,7 @@ func (p *Prober) Invalidate(g *v1.MysqlFailoverGroup) {
 }
 
 // Dead lists the sites of g the prober last saw unreachable.
-func (p *Prober) Dead(g *v1.MysqlFailoverGroup) []string {
+func (p *Prober) Dead(g *bloodravenv1alpha1.MysqlFailoverGroup) []string {
 	p.init()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -258,7 +258,7 @@ func (p *Prober) Dead(g *v1.MysqlFailoverGroup) []string {
 // DeadSince is when the prober first saw site of g unreachable in its
 // current run of failed probes (a failed probe's end); zero when the site
 // answered its last probe, or is not tracked.
-func (p *Prober) DeadSince(g *v1.MysqlFailoverGroup, site string) time.Time {
+func (p *Prober) DeadSince(g *bloodravenv1alpha1.MysqlFailoverGroup, site string) time.Time {
 	p.init()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -269,7 +269,7 @@ func (p *Prober) DeadSince(g *v1.MysqlFailoverGroup, site string) time.Time {
 }
 
 // probeSite probes one site, bounded by topology.ProbeTimeout.
-func (p *Prober) probeSite(ctx context.Context, g *v1.MysqlFailoverGroup, site string) topology.SiteState {
+func (p *Prober) probeSite(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, site string) topology.SiteState {
 	ctx, cancel := context.WithTimeout(ctx, topology.ProbeTimeout)
 	defer cancel()
 	if sp, ok := p.Driver.(topology.SiteProber); ok {
@@ -376,7 +376,7 @@ func (p *Prober) background(ctx context.Context, k key) {
 	defer func() { <-p.sem }()
 	p.mu.Lock()
 	ep := p.eps[k]
-	var g *v1.MysqlFailoverGroup
+	var g *bloodravenv1alpha1.MysqlFailoverGroup
 	var seq uint64
 	if ep != nil {
 		g, seq = ep.g, ep.begin()

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	v1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/topology"
 	"github.com/shipstream/bloodraven/topology/memory"
 )
@@ -25,23 +25,23 @@ type counting struct {
 	calls map[string]int
 }
 
-func (c *counting) ProbeSite(ctx context.Context, g *v1.MysqlFailoverGroup, site string) (topology.SiteState, error) {
+func (c *counting) ProbeSite(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, site string) (topology.SiteState, error) {
 	c.mu.Lock()
 	c.calls[string(g.UID)+"/"+site]++
 	c.mu.Unlock()
 	return c.Driver.ProbeSite(ctx, g, site)
 }
 
-func (c *counting) count(g *v1.MysqlFailoverGroup, site string) int {
+func (c *counting) count(g *bloodravenv1alpha1.MysqlFailoverGroup, site string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.calls[string(g.UID)+"/"+site]
 }
 
-func group(name, uid string) *v1.MysqlFailoverGroup {
-	g := &v1.MysqlFailoverGroup{
+func group(name, uid string) *bloodravenv1alpha1.MysqlFailoverGroup {
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(uid)},
-		Spec:       v1.MysqlFailoverGroupSpec{Sites: []v1.Site{{Name: "iad", Host: "db.example", Port: 3306}, {Name: "pdx", Host: "db2.example"}}},
+		Spec:       bloodravenv1alpha1.MysqlFailoverGroupSpec{Sites: []bloodravenv1alpha1.Site{{Name: "iad", Host: "db.example", Port: 3306}, {Name: "pdx", Host: "db2.example"}}},
 	}
 	g.Status.ActiveSite = "iad"
 	return g
@@ -345,7 +345,7 @@ type gated struct {
 // gatedProbe is one probe in progress; answer finishes it.
 type gatedProbe struct{ answer chan topology.SiteState }
 
-func (d *gated) ProbeSite(ctx context.Context, _ *v1.MysqlFailoverGroup, site string) (topology.SiteState, error) {
+func (d *gated) ProbeSite(ctx context.Context, _ *bloodravenv1alpha1.MysqlFailoverGroup, site string) (topology.SiteState, error) {
 	c := gatedProbe{answer: make(chan topology.SiteState)}
 	select {
 	case d.started <- c:
