@@ -9,7 +9,7 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-// The sequential model of the migration mutex, as docs/api.md and §5 state
+// The sequential model of the migration mutex, as docs/api.md and docs/design.md state
 // it, for one group and leases that do not expire within a history (ttl
 // 120 s): one holder at a time; a grant to the holder's own operation
 // re-grants and rotates the token; only the current token renews or

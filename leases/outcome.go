@@ -1,8 +1,8 @@
 package leases
 
 // Outcome is how a migration operation's client says its run ended, sent
-// on the release of the migration lease (header X-Deploy-Outcome, DESIGN
-// §5). It is the client's word, recorded as such: the lease's own end
+// on the release of the migration lease (header X-Deploy-Outcome,
+// docs/api.md). It is the client's word, recorded as such: the lease's own end
 // (released, revoked, expired) is recorded beside it.
 type Outcome string
 

@@ -8,11 +8,11 @@
 // it, and the fence (status.topologyGeneration with resourceVersion
 // preconditions in the API server) is what makes a stale decision harmless.
 //
-// The deferral budget (DESIGN.md §5, spec.maxDeferralSeconds) is decided
-// here too: DecideDeferralBudget (when it warns and when it is spent, from a
-// request's first deferral), Admit's BudgetSpent (live holds no longer
-// defer; they are returned to be revoked) and DecideGrant's
-// GroupView.DeferralBudgetSpent (409 deferral_budget_exhausted, after 403
-// and before 423). The controller and the API do not feed these inputs yet
-// (issue 24 in progress); no emergency path reads them.
+// The deferral budget (spec.maxDeferralSeconds; docs/design.md, "Planned
+// operations and the hold") is decided here too: DecideDeferralBudget (when
+// it warns and when it is spent, from a request's first deferral), Admit's
+// BudgetSpent (live holds no longer defer; they are returned to be revoked)
+// and DecideGrant's GroupView.DeferralBudgetSpent (409
+// deferral_budget_exhausted, after 403 and before 423). The controller and
+// the deployment API feed them; no emergency path reads them.
 package policy

@@ -65,7 +65,7 @@ func firstUnstableCause(st *bloodravenv1alpha1.MysqlFailoverGroupStatus) string 
 
 // unstableOperation is the unstableReason of a running planned operation:
 // its name, and for a planned failover also its phase (for example
-// PlannedFailoverDeferred), as DESIGN.md names them.
+// PlannedFailoverDeferred), as docs/api.md names them.
 func unstableOperation(op bloodravenv1alpha1.OperationStatus) string {
 	if op.Name == bloodravenv1alpha1.OperationPlannedFailover {
 		return UnstablePlannedFailoverPrefix + string(op.Phase)

@@ -24,8 +24,8 @@
 // The controller waits the group's detection budget before an emergency
 // promotion, and fences a returning old primary before anything else.
 //
-// Package memory is a simulated driver for tests and for the playground
-// until the MySQL driver lands; it moves no data.
+// Package memory is a simulated driver for tests that need no database; it
+// moves no data. Package mysql is the driver for MariaDB and MySQL 8.
 package topology
 
 import (

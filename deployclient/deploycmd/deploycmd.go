@@ -180,8 +180,8 @@ func (c *connFlags) client() (*deployclient.Client, error) {
 // over its control socket, to renew the migration lease with phase ddl; it
 // exits 0 only once the operator answered 200 to that renewal at the grant's
 // generation, so the operator's record of the operation says ddl before the
-// first schema change. (The verification gate that acts on that record,
-// docs/design.md, is not built yet; the phase is on the wire and in the Lease.)
+// first schema change. The verification gate acts on that record
+// (docs/design.md, "The verification gate").
 func markDDLCommand(stderr io.Writer, getenv func(string) string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "mark-ddl",
