@@ -35,6 +35,7 @@ var external = map[string]string{
 	"--run-router":                "kube-router",
 	"--run-service-proxy":         "kube-router",
 	"--trust-namespace":           "trust-manager",
+	"--help":                      "every command's built-in help (Go's flag package and cobra)",
 	"--subresource":               "kubectl",
 	"auxiliary.deployApi.enabled": "the misspelt key the chart's README shows the schema refusing",
 	"--log-development":           "a flag 0.2.0 removed, named by docs/upgrading.md and the changelog",

@@ -17,21 +17,21 @@ import (
 	"github.com/shipstream/bloodraven/topology"
 )
 
-// gated names the operation the admission gate decides on.
-type gated struct {
+// plannedRequest names the planned operation admitPlanned decides on.
+type plannedRequest struct {
 	op         bloodravenv1alpha1.OperationName
 	id, target string
 }
 
-// gate admits a planned operation. It returns true once the operation holds
+// admitPlanned admits a planned operation. It returns true once the operation holds
 // a persisted reservation and no live failover-hold exists after it was
 // written. The deployment API refuses holds with 423 while a reservation
-// stands and re-reads the group after writing a hold grant; the gate, after
+// stands and re-reads the group after writing a hold grant; admitPlanned, after
 // writing its reservation, re-reads the holds and records every lapsed one
 // as expired with the resourceVersion it read. So a grant, re-grant or
 // renewal racing an admission meets it in one compare-and-swap order: one
 // of the two sees the other, and never both proceed.
-func (r *GroupReconciler) gate(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *step, o gated) (bool, error) {
+func (r *GroupReconciler) admitPlanned(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *passOutcome, o plannedRequest) (bool, error) {
 	if res := g.Status.Reservation; res != nil && (res.Operation != o.op || res.ID != o.id) {
 		setPhase(g, o.op, bloodravenv1alpha1.PhaseAdmitting, "Waiting", &bloodravenv1alpha1.Admission{Message: fmt.Sprintf("waiting for %s %s to finish", res.Operation, res.ID)})
 		st.after(waitRetry)
@@ -132,7 +132,7 @@ func (r *GroupReconciler) maxDeferral(g *bloodravenv1alpha1.MysqlFailoverGroup) 
 }
 
 // deferralBudget decides o's request's budget from what the status records.
-func (r *GroupReconciler) deferralBudget(g *bloodravenv1alpha1.MysqlFailoverGroup, o gated, now time.Time) policy.DeferralBudget {
+func (r *GroupReconciler) deferralBudget(g *bloodravenv1alpha1.MysqlFailoverGroup, o plannedRequest, now time.Time) policy.DeferralBudget {
 	in := policy.DeferralBudgetInput{Now: now, Max: r.maxDeferral(g)}
 	for _, b := range g.Status.DeferralBudgets {
 		if b.Operation == o.op && b.ID == o.id {
@@ -144,7 +144,7 @@ func (r *GroupReconciler) deferralBudget(g *bloodravenv1alpha1.MysqlFailoverGrou
 
 // budgetRecord is o's request's budget in the status, created (from now)
 // when absent; a budget of an earlier request of the operation is replaced.
-func (r *GroupReconciler) budgetRecord(g *bloodravenv1alpha1.MysqlFailoverGroup, o gated, now time.Time) *bloodravenv1alpha1.DeferralBudget {
+func (r *GroupReconciler) budgetRecord(g *bloodravenv1alpha1.MysqlFailoverGroup, o plannedRequest, now time.Time) *bloodravenv1alpha1.DeferralBudget {
 	for i := range g.Status.DeferralBudgets {
 		b := &g.Status.DeferralBudgets[i]
 		if b.Operation != o.op {
@@ -210,7 +210,7 @@ func (r *GroupReconciler) revokeHolds(ctx context.Context, g *bloodravenv1alpha1
 // once; and the operation waits: it returns false, the reason
 // (policy.WaitSiteUnreachable naming the site, policy.WaitTargetNotReady or
 // policy.WaitFenceFailed) and the message.
-func (r *GroupReconciler) fenceOthers(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, op bloodravenv1alpha1.OperationName, id, target string, st *step) (ok bool, reason, msg string) {
+func (r *GroupReconciler) fenceOthers(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, op bloodravenv1alpha1.OperationName, id, target string, st *passOutcome) (ok bool, reason, msg string) {
 	if ready, reason, msg := policy.PlannedReady(sites, target, g.Status.ActiveSite); !ready {
 		st.after(waitRetry)
 		return false, reason, msg

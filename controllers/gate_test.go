@@ -84,7 +84,7 @@ func TestTheGateClosesWhenAMigrationEndsPastItsDDLBoundaryAndOpensOnTheAnnotatio
 				t.Fatal("not marked announced")
 			}
 			if r := f.call(http.MethodPost, "/leases", map[string]any{"kind": "migration", "operationId": "op-2", "instance": "counter-app"}); r.status != http.StatusConflict || r.body["error"] != "verification_required" {
-				t.Fatalf("a new migration while gated: %d %v", r.status, r.body)
+				t.Fatalf("a new migration while plannedRequest: %d %v", r.status, r.body)
 			}
 
 			// Another operation's name verifies nothing.
@@ -119,7 +119,7 @@ func TestTheGateClosesWhenAMigrationEndsPastItsDDLBoundaryAndOpensOnTheAnnotatio
 			// The ended record still in the mutex does not gate again.
 			f.reconcile()
 			if p := f.database().Status.PendingVerification; p != nil {
-				t.Fatalf("gated again: %+v", p)
+				t.Fatalf("plannedRequest again: %+v", p)
 			}
 			f.grant("migration", "op-2", 30)
 		})
@@ -179,7 +179,7 @@ func TestARerunOfAVerifiedOperationClosesTheGateAgain(t *testing.T) {
 	verify("op-x")
 	f.reconcile()
 	if p := f.database().Status.PendingVerification; p != nil {
-		t.Fatalf("the verified re-run gated again: %+v", p)
+		t.Fatalf("the verified re-run plannedRequest again: %+v", p)
 	}
 	f.grant("migration", "op-y", 30)
 }

@@ -90,15 +90,15 @@ type GroupReconciler struct {
 	Leading topology.LeaderCheck
 }
 
-// step is the outcome of one part of a reconcile: when to look again.
-type step struct {
+// passOutcome is the outcome of one part of a reconcile: when to look again.
+type passOutcome struct {
 	requeueAfter time.Duration
 	// degraded, when set, overrides the probe's degraded reason (a site the
 	// controller had to leave fenced).
 	degraded string
 }
 
-func (s *step) after(d time.Duration) {
+func (s *passOutcome) after(d time.Duration) {
 	if d > 0 && (s.requeueAfter == 0 || d < s.requeueAfter) {
 		s.requeueAfter = d
 	}
@@ -147,7 +147,7 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if !deleting {
 		r.Metrics.initGroup(g) // every series exists, at 0, from the first reconcile
 	}
-	var st step
+	var st passOutcome
 	st.after(r.probeInterval())
 
 	// 1. Safety paths.
@@ -293,7 +293,7 @@ func (r *GroupReconciler) now() metav1.Time { return metav1.NewTime(r.Clock.Now(
 
 // observe writes health and conditions from a probe.
 func (r *GroupReconciler) observe(g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState) {
-	h, conds := policy.Observe(g.Status.ActiveSite, sites)
+	h, conds := policy.ObserveHealth(g.Status.ActiveSite, sites)
 	g.Status.Health = h
 	now := r.now()
 	for _, c := range conds {

@@ -31,7 +31,7 @@ import (
 // fresh reads the leases from the API server at once (promote, right after
 // the generation moved, when the cache may not hold a lease granted just
 // before); otherwise the cache proposes and a fresh read confirms.
-func (r *GroupReconciler) reconcileLeases(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, st *step, fresh bool) {
+func (r *GroupReconciler) reconcileLeases(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, st *passOutcome, fresh bool) {
 	recheck, err := r.bookkeep(ctx, g, fresh)
 	if st != nil && !recheck.IsZero() {
 		st.after(recheck.Sub(r.Clock.Now()))

@@ -19,7 +19,7 @@ type operation struct {
 	// request is the spec's request of the operation, if any.
 	request func(spec *bloodravenv1alpha1.MysqlFailoverGroupSpec) (id string, ok bool)
 	// reconcile runs one pass of the operation.
-	reconcile func(r *GroupReconciler, ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *step) error
+	reconcile func(r *GroupReconciler, ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *passOutcome) error
 	// promoting is the phase in which the operation's transition runs;
 	// promoted, with promotedReason, the phase its completed promotion
 	// moves it to, in the same status write as the generation bump.
@@ -78,7 +78,7 @@ func operationOf(name bloodravenv1alpha1.OperationName) (operation, bool) {
 
 // reconcileOperations releases a reservation whose request is gone, then
 // runs each planned operation, one file each.
-func (r *GroupReconciler) reconcileOperations(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *step) error {
+func (r *GroupReconciler) reconcileOperations(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *passOutcome) error {
 	r.withdrawRemovedRequests(g)
 	for _, op := range operations() {
 		if err := op.reconcile(r, ctx, g, sites, st); err != nil {

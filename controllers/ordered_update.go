@@ -12,12 +12,12 @@ import (
 // reconcileOrderedUpdate runs spec.updateRevision: Admitting → (Deferred) →
 // UpdatingReplicas → FailingOver → UpdatingFormerPrimary → Completed.
 // policy decides each step; the switch acts and persists the progress.
-func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *step) error {
+func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *passOutcome) error {
 	rev := g.Spec.UpdateRevision
 	for i := 0; i < 5; i++ {
-		step := policy.NextOrderedUpdateStep(policy.OrderedUpdateInput{Revision: rev, UpdatedRevision: g.Status.UpdatedRevision,
+		passOutcome := policy.NextOrderedUpdateStep(policy.OrderedUpdateInput{Revision: rev, UpdatedRevision: g.Status.UpdatedRevision,
 			ActiveSite: g.Status.ActiveSite, Phase: g.Status.UpdatePhase, Transition: g.Status.Transition != nil})
-		switch step {
+		switch passOutcome {
 		case policy.StepNone, policy.StepWaitTransition:
 			return nil
 		case policy.StepAdmit:
@@ -25,7 +25,7 @@ func (r *GroupReconciler) reconcileOrderedUpdate(ctx context.Context, g *bloodra
 			if target == "" {
 				target = g.Status.ActiveSite
 			}
-			ok, err := r.gate(ctx, g, sites, st, gated{op: bloodravenv1alpha1.OperationOrderedUpdate, id: rev, target: target})
+			ok, err := r.admitPlanned(ctx, g, sites, st, plannedRequest{op: bloodravenv1alpha1.OperationOrderedUpdate, id: rev, target: target})
 			if err != nil || !ok {
 				return err
 			}

@@ -226,10 +226,10 @@ func TestTheAdmissionConfirmsLapsedHoldsOnReEntry(t *testing.T) {
 	}
 	f.clock.Step(10 * time.Second) // the hold lapsed; its record still says active
 	sites, _ := f.driver.Probe(f.ctx, g)
-	var st step
-	ok, err := f.rec.gate(f.ctx, g, sites, &st, gated{op: bloodravenv1alpha1.OperationPlannedFailover, id: "req-1", target: "pdx"})
+	var st passOutcome
+	ok, err := f.rec.admitPlanned(f.ctx, g, sites, &st, plannedRequest{op: bloodravenv1alpha1.OperationPlannedFailover, id: "req-1", target: "pdx"})
 	if err != nil || !ok {
-		t.Fatalf("gate: %v %v", ok, err)
+		t.Fatalf("admitPlanned: %v %v", ok, err)
 	}
 	_, hold, err := f.rec.Leases.GetOwn(f.ctx, g, leases.KindFailoverHold, "op-1", true)
 	if err != nil || hold == nil || hold.State != leases.StateExpired {

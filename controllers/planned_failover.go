@@ -11,7 +11,7 @@ import (
 // reconcilePlannedFailover runs spec.plannedFailover: Admitting → (Deferred
 // behind a live hold) → Promoting → Completed, or Failed. policy decides the
 // step; the switch acts.
-func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *step) error {
+func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *passOutcome) error {
 	req := g.Spec.PlannedFailover
 	if req == nil {
 		return nil
@@ -22,9 +22,9 @@ func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *blood
 		g.Status.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverStatus{ID: req.ID, TargetSite: req.TargetSite, Phase: bloodravenv1alpha1.PlannedFailoverPhaseAdmitting}
 	}
 	target := pf().TargetSite
-	step := policy.NextPlannedFailoverStep(policy.PlannedFailoverInput{Requested: true, Phase: pf().Phase, Target: target,
+	passOutcome := policy.NextPlannedFailoverStep(policy.PlannedFailoverInput{Requested: true, Phase: pf().Phase, Target: target,
 		ActiveSite: g.Status.ActiveSite, Transition: g.Status.Transition != nil, Reserved: g.Status.Reservation != nil})
-	switch step {
+	switch passOutcome {
 	case policy.StepNone, policy.StepWaitTransition:
 		return nil
 	case policy.StepWaitBootstrap:
@@ -41,7 +41,7 @@ func (r *GroupReconciler) reconcilePlannedFailover(ctx context.Context, g *blood
 		return r.promote(ctx, g, bloodravenv1alpha1.OperationPlannedFailover, target)
 	}
 	// StepAdmit
-	ok, err := r.gate(ctx, g, sites, st, gated{op: bloodravenv1alpha1.OperationPlannedFailover, id: req.ID, target: target})
+	ok, err := r.admitPlanned(ctx, g, sites, st, plannedRequest{op: bloodravenv1alpha1.OperationPlannedFailover, id: req.ID, target: target})
 	if err != nil || !ok {
 		return err
 	}

@@ -12,24 +12,24 @@ import (
 // reconcileRestoreInPlace runs spec.restoreInPlace: Admitting → (Deferred)
 // → Restoring → Promoting → Completed. policy decides each step; the switch
 // acts and persists the progress.
-func (r *GroupReconciler) reconcileRestoreInPlace(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *step) error {
+func (r *GroupReconciler) reconcileRestoreInPlace(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *passOutcome) error {
 	req := g.Spec.RestoreInPlace
 	if req != nil && g.Status.ActiveSite != "" && g.Status.RestoreInPlaceID != req.ID {
 		g.Status.RestoreInPlaceID, g.Status.RestoreInPlace = req.ID, bloodravenv1alpha1.PhaseAdmitting
 	}
 	for i := 0; i < 4; i++ {
-		step := policy.NextRestoreInPlaceStep(policy.RestoreInPlaceInput{Requested: req != nil, ActiveSite: g.Status.ActiveSite,
+		passOutcome := policy.NextRestoreInPlaceStep(policy.RestoreInPlaceInput{Requested: req != nil, ActiveSite: g.Status.ActiveSite,
 			Phase: g.Status.RestoreInPlace, Transition: g.Status.Transition != nil})
-		if step == policy.StepNone || step == policy.StepWaitTransition {
+		if passOutcome == policy.StepNone || passOutcome == policy.StepWaitTransition {
 			return nil
 		}
 		target := req.TargetSite
 		if target == "" {
 			target = g.Status.ActiveSite
 		}
-		switch step {
+		switch passOutcome {
 		case policy.StepAdmit:
-			ok, err := r.gate(ctx, g, sites, st, gated{op: bloodravenv1alpha1.OperationRestoreInPlace, id: req.ID, target: target})
+			ok, err := r.admitPlanned(ctx, g, sites, st, plannedRequest{op: bloodravenv1alpha1.OperationRestoreInPlace, id: req.ID, target: target})
 			if err != nil || !ok {
 				return err
 			}

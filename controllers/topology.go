@@ -16,7 +16,7 @@ import (
 // reconcileTopology takes the safety paths. It never reads a deployment
 // lease: policy.DecideTopology has no lease input. It reports whether it
 // changed the data plane or the fence.
-func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *step) (bool, error) {
+func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *passOutcome) (bool, error) {
 	budget := time.Duration(g.Spec.FailureDetectionSeconds) * time.Second
 	if budget <= 0 {
 		budget = 30 * time.Second

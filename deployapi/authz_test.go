@@ -182,7 +182,7 @@ func TestAuthorizationNeverListsDatabases(t *testing.T) {
 // leaseRecord reads the operation's lease of kind from the API server.
 func (f *fixture) leaseRecord(t testing.TB, kind, op string) *leases.Record {
 	t.Helper()
-	k, _ := leases.ParseKind(kind)
+	k, _ := leases.ParseRequestKind(kind)
 	o, err := f.store.Get(f.ctx, f.groupNS, leases.LeaseName(k, "playground", op), true)
 	if err != nil || o == nil {
 		t.Fatalf("lease %s/%s: %v (present: %v)", kind, op, err, o != nil)

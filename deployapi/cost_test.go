@@ -167,13 +167,13 @@ func TestAPIServerFailuresAreServiceUnavailable(t *testing.T) {
 		{"a refused object (422)", apierrors.NewInvalid(schema.GroupKind{Group: "coordination.k8s.io", Kind: "Lease"}, "x", nil), 500, "internal", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := errFromKube(tc.err)
+			e := errFromAPIServer(tc.err)
 			if e.status != tc.status || e.code != tc.code || e.retryAfter != tc.retry {
 				t.Fatalf("maps to %d %s retry %d, want %d %s retry %d", e.status, e.code, e.retryAfter, tc.status, tc.code, tc.retry)
 			}
 		})
 	}
-	if e := errFromKube(errForbidden); e != errForbidden {
+	if e := errFromAPIServer(errForbidden); e != errForbidden {
 		t.Fatal("typed errors pass through")
 	}
 }

@@ -44,7 +44,7 @@ func validateInstance(name string) *apiError {
 }
 
 func parseKind(s string) (leases.Kind, *apiError) {
-	k, ok := leases.ParseKind(s)
+	k, ok := leases.ParseRequestKind(s)
 	if !ok {
 		return "", errBadRequest(fmt.Sprintf("unknown kind %q: want migration or failover-hold", s))
 	}

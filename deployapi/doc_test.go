@@ -26,7 +26,7 @@ func TestAPIDocCoversTheContract(t *testing.T) {
 	errs := []*apiError{
 		errBadRequest("x"), errUnauthenticated, errForbidden, errMigrationNotHeld, errTokenMismatch, errNotFound,
 		errMethodNotAllowed, errHeld("a", "b", time.Now()), errRevoked("topology_changed", 1), errTooLarge, errUnstable(),
-		errNotLeader, errFromKube(leasestore.ErrContended), errFromKube(fmt.Errorf("boom")), errRateLimited(1, limitRate),
+		errNotLeader, errFromAPIServer(leasestore.ErrContended), errFromAPIServer(fmt.Errorf("boom")), errRateLimited(1, limitRate),
 	}
 	for _, e := range errs {
 		row := fmt.Sprintf("| %d | `%s` |", e.status, e.code)

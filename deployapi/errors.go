@@ -114,16 +114,16 @@ func errVerificationRequired(op string, generation int64) *apiError {
 // when the revocation cannot be written (the API server, or an admission
 // policy, refused it): 503, retry. Never a release in its place.
 func errRevocationNotWritten(cause error) *apiError {
-	if ae := errFromKube(cause); ae.status == http.StatusServiceUnavailable {
+	if ae := errFromAPIServer(cause); ae.status == http.StatusServiceUnavailable {
 		return ae
 	}
 	return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, retryAfter: 1, cause: cause}
 }
 
-// errFromKube maps a failed API-server call: 503 unavailable with
+// errFromAPIServer maps a failed API-server call: 503 unavailable with
 // Retry-After when the API server failed us (apiServerFailed), 500
 // internal for anything else.
-func errFromKube(err error) *apiError {
+func errFromAPIServer(err error) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
 		return ae

@@ -186,7 +186,7 @@ func (s *Server) wrap(rt route) httprouter.Handle {
 		g, res := s.serve(hr, ps, rt, &c)
 		var ae *apiError
 		if res.err != nil {
-			ae = errFromKube(res.err)
+			ae = errFromAPIServer(res.err)
 			res.status = ae.status
 			ae.headers(w.Header())
 			writeJSON(w, ae.status, ae.body())

@@ -18,8 +18,8 @@ const (
 	KindTombstone    Kind = "tombstone"
 )
 
-// ParseKind returns the lease Kind named s (never KindTombstone).
-func ParseKind(s string) (Kind, bool) {
+// ParseRequestKind returns the lease Kind named s (never KindTombstone).
+func ParseRequestKind(s string) (Kind, bool) {
 	switch Kind(s) {
 	case KindMigration, KindFailoverHold:
 		return Kind(s), true

@@ -262,7 +262,7 @@ func TestObserve(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			h, cs := Observe(tc.active, tc.sites)
+			h, cs := ObserveHealth(tc.active, tc.sites)
 			if h.Ready != tc.ready || cond(cs, "Ready") != tc.ready || cond(cs, "Degraded") != tc.degraded ||
 				cond(cs, "SplitBrain") != tc.split || cond(cs, "NoPrimary") != tc.noPrimary || h.ReplicationLagSeconds != tc.lag {
 				t.Fatalf("health %+v conditions %+v", h, cs)

@@ -361,9 +361,9 @@ type ConditionValue struct {
 	Message string
 }
 
-// Observe turns a probe into status.health and the conditions Ready,
+// ObserveHealth turns a probe into status.health and the conditions Ready,
 // Degraded, SplitBrain and NoPrimary.
-func Observe(activeSite string, sites []topology.SiteState) (bloodravenv1alpha1.Health, []ConditionValue) {
+func ObserveHealth(activeSite string, sites []topology.SiteState) (bloodravenv1alpha1.Health, []ConditionValue) {
 	var h bloodravenv1alpha1.Health
 	var writable, down, notReplicating []string
 	var activeOK bool

@@ -50,9 +50,9 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 	_ = json.NewEncoder(w).Encode(body)
 }
 
-// AuxServer runs the auxiliary plain-HTTP listener as a manager Runnable on
+// PlainHTTPServer runs the auxiliary plain-HTTP listener as a manager Runnable on
 // every replica (not only the leader).
-type AuxServer struct {
+type PlainHTTPServer struct {
 	Addr    string
 	Handler http.Handler
 	// ShutdownTimeout bounds graceful shutdown; default 10 s.
@@ -60,10 +60,10 @@ type AuxServer struct {
 }
 
 // NeedLeaderElection makes the aux server run on followers too.
-func (s *AuxServer) NeedLeaderElection() bool { return false }
+func (s *PlainHTTPServer) NeedLeaderElection() bool { return false }
 
 // Start listens until ctx ends, then shuts down gracefully.
-func (s *AuxServer) Start(ctx context.Context) error {
+func (s *PlainHTTPServer) Start(ctx context.Context) error {
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return fmt.Errorf("auxiliary listener %s: %w", s.Addr, err)

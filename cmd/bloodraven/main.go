@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -29,7 +28,6 @@ import (
 
 	"github.com/shipstream/bloodraven"
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/deployclient/deploycmd"
 	"github.com/shipstream/bloodraven/internal/logbridge"
 	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/operator"
@@ -86,28 +84,9 @@ func Version() string {
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "deploy" {
-		os.Exit(deploycmd.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr, os.Getenv))
-	}
-	if len(os.Args) > 1 && os.Args[1] == "check-install" {
-		if err := checkInstall(os.Args[2:], os.Stdout); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				os.Exit(0)
-			}
-			fmt.Fprintln(os.Stderr, "bloodraven:", err)
-			os.Exit(1)
-		}
-		return
-	}
-	if err := run(); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		if !errors.Is(err, errLogged) {
-			fmt.Fprintln(os.Stderr, "bloodraven:", err)
-		}
-		os.Exit(1)
-	}
+	root := newRootCommand(os.Stdout, os.Stderr, os.Exit)
+	root.SetArgs(os.Args[1:])
+	os.Exit(exitCode(root.Execute(), os.Stderr))
 }
 
 // errLogged is returned by run for an error it has already written through
@@ -115,8 +94,8 @@ func main() {
 // included).
 var errLogged = errors.New("logged")
 
-func run() error {
-	opts, err := parseOptions(os.Args[1:], os.Getenv, os.Stderr)
+func run(args []string, usage io.Writer) error {
+	opts, err := parseOptions(args, os.Getenv, usage)
 	if err != nil {
 		return err
 	}
@@ -281,7 +260,7 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 		}()
 	}
 
-	aux := &server.AuxServer{
+	aux := &server.PlainHTTPServer{
 		Addr: opts.auxAddr,
 		Handler: server.NewAuxHandler(func() server.StatusInfo {
 			return server.StatusInfo{

@@ -84,6 +84,10 @@ func parseOptions(args []string, getenv func(string) string, out io.Writer) (opt
 	var o options
 	fs := flag.NewFlagSet("bloodraven", flag.ContinueOnError)
 	fs.SetOutput(out)
+	fs.Usage = func() {
+		usageHeader(out)
+		fs.PrintDefaults()
+	}
 
 	envStr := func(key, def string) string {
 		if v := getenv(key); v != "" {
