@@ -69,7 +69,10 @@ var (
 	heading   = regexp.MustCompile(`(?m)^#{1,6} +(.+)$`)
 )
 
-// topLevel is the set of the root's entries a path in a doc starts with.
+// topLevel is the set of names a path in a doc that means this repository
+// starts with: the root's directories, and the last element of every Go
+// package's directory (so that a path under a package that moved, written
+// with its old parent, is caught: the path must exist as written).
 func topLevel(t *testing.T) map[string]bool {
 	entries, err := os.ReadDir(".")
 	if err != nil {
@@ -79,6 +82,15 @@ func topLevel(t *testing.T) map[string]bool {
 	for _, e := range entries {
 		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") && e.Name() != "bin" {
 			out[e.Name()] = true
+		}
+	}
+	dirs, err := exec.Command("go", "list", "-f", "{{.Dir}}", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, d := range strings.Fields(string(dirs)) {
+		if base := filepath.Base(d); base != "v1alpha1" && !strings.HasPrefix(base, "cmd") {
+			out[base] = true
 		}
 	}
 	return out

@@ -12,8 +12,9 @@ import (
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
+	"github.com/shipstream/bloodraven/store"
+	"github.com/shipstream/bloodraven/store/leasestore"
 	"github.com/shipstream/bloodraven/topology"
 )
 
@@ -254,7 +255,7 @@ func (r *GroupReconciler) admit(ctx context.Context, g *bloodravenv1alpha1.Mysql
 // re-grant landed first; the decision is taken again from fresh reads.
 func (r *GroupReconciler) confirmAdmission(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, target string, budgetSpent bool) (policy.Admission, error) {
 	var adm policy.Admission
-	err := leasestore.Optimistic(func(bool) error {
+	err := store.Retry(func(bool) error {
 		var objOf map[*leases.Record]*leasestore.Object
 		var err error
 		if adm, objOf, err = r.admit(ctx, g, sites, target, budgetSpent); err != nil || adm.Verdict != policy.Admitted {

@@ -14,10 +14,10 @@ import (
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployapi"
-	"github.com/shipstream/bloodraven/deployrun"
 	"github.com/shipstream/bloodraven/internal/scene"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/store/deployrun"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 // Issue 35, item 5 (docs/design.md "only authority live at the move is fenced by

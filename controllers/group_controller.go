@@ -31,8 +31,8 @@ import (
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
+	"github.com/shipstream/bloodraven/store/leasestore"
 	"github.com/shipstream/bloodraven/topology"
 	"github.com/shipstream/bloodraven/topology/prober"
 )

@@ -12,11 +12,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/deployrun"
-	"github.com/shipstream/bloodraven/gate"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
+	"github.com/shipstream/bloodraven/store/deployrun"
+	"github.com/shipstream/bloodraven/store/gate"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 // reconcileLeases makes the stored deployment leases match their effect:

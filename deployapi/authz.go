@@ -11,7 +11,7 @@ import (
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 // GroupRefField is the MysqlDatabase field the API finds a group's

@@ -11,8 +11,9 @@ import (
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
+	"github.com/shipstream/bloodraven/store"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 // call is one request, parsed: the route and every input a handler acts on.
@@ -255,7 +256,7 @@ func (s *Server) rereadGroup(ctx context.Context, g *bloodravenv1alpha1.MysqlFai
 		return nil, err
 	}
 	if fresh.UID != g.UID {
-		return nil, fmt.Errorf("group %s/%s was re-created during the request: %w", g.Namespace, g.Name, leasestore.ErrContended)
+		return nil, fmt.Errorf("group %s/%s was re-created during the request: %w", g.Namespace, g.Name, store.ErrContended)
 	}
 	return fresh, nil
 }
@@ -268,7 +269,7 @@ func (s *Server) staleView(ctx context.Context, g **bloodravenv1alpha1.MysqlFail
 		return err
 	}
 	*g = fresh
-	return leasestore.ErrStale
+	return store.ErrStale
 }
 
 // revokeMoved revokes operation for the move (topology_changed) and, once

@@ -22,7 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/store"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 // requestLog counts API-server requests by verb and path.
@@ -159,7 +160,7 @@ func TestAPIServerFailuresAreServiceUnavailable(t *testing.T) {
 		{"connection refused", fmt.Errorf("get group: %w", refused), 503, "unavailable", 1},
 		{"connection reset", fmt.Errorf("put lease: %w", syscall.ECONNRESET), 503, "unavailable", 1},
 		{"no answer in time", fmt.Errorf("get group: %w", context.DeadlineExceeded), 503, "unavailable", 1},
-		{"contended", leasestore.ErrContended, 503, "unavailable", 1},
+		{"contended", store.ErrContended, 503, "unavailable", 1},
 		{"the operator's own request forbidden (RBAC not yet in force after a restart)", fmt.Errorf("token review: %w",
 			apierrors.NewForbidden(schema.GroupResource{Group: "authentication.k8s.io", Resource: "tokenreviews"}, "", errors.New("RBAC: not found"))), 503, "unavailable", 1},
 		{"the operator's credentials refused", apierrors.NewUnauthorized("token expired"), 503, "unavailable", 1},

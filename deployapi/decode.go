@@ -16,7 +16,6 @@ import (
 
 	"github.com/shipstream/bloodraven/deployclient/wire"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/policy"
 )
 
 // maxBodyBytes is the request body limit (16 KiB).
@@ -76,9 +75,9 @@ func (t *ttlField) UnmarshalJSON(b []byte) error {
 		var ne *strconv.NumError
 		if errors.As(err, &ne) && errors.Is(ne.Err, strconv.ErrRange) {
 			// An integer out of int64's range: clamp by sign.
-			v = policy.MaxTTLSeconds
+			v = leases.MaxTTLSeconds
 			if strings.HasPrefix(s, "-") {
-				v = policy.MinTTLSeconds
+				v = leases.MinTTLSeconds
 			}
 		} else {
 			return errors.New("ttlSeconds must be an integer")

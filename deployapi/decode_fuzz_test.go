@@ -37,8 +37,8 @@ func FuzzDecodeGrant(f *testing.F) {
 		if validateOperationID(req.OperationID) != nil || validateInstance(req.Instance) != nil {
 			t.Fatalf("accepted invalid request %+v", req)
 		}
-		ttl := policy.ClampTTL(req.TTLSeconds.ptr(), policy.DefaultTTLSeconds)
-		if ttl < policy.MinTTLSeconds || ttl > policy.MaxTTLSeconds {
+		ttl := policy.ClampTTL(req.TTLSeconds.ptr(), leases.DefaultTTLSeconds)
+		if ttl < leases.MinTTLSeconds || ttl > leases.MaxTTLSeconds {
 			t.Fatalf("ttl %d out of bounds", ttl)
 		}
 	})

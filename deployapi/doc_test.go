@@ -12,7 +12,7 @@ import (
 
 	"github.com/shipstream/bloodraven/deployclient/wire"
 	"github.com/shipstream/bloodraven/internal/testenv"
-	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/store"
 )
 
 // docs/api.md is the contract in the repository: every error the code can
@@ -26,7 +26,7 @@ func TestAPIDocCoversTheContract(t *testing.T) {
 	errs := []*apiError{
 		errBadRequest("x"), errUnauthenticated, errForbidden, errMigrationNotHeld, errTokenMismatch, errNotFound,
 		errMethodNotAllowed, errHeld("a", "b", time.Now()), errRevoked("topology_changed", 1), errTooLarge, errUnstable(),
-		errNotLeader, errFromAPIServer(leasestore.ErrContended), errFromAPIServer(fmt.Errorf("boom")), errRateLimited(1, limitRate),
+		errNotLeader, errFromAPIServer(store.ErrContended), errFromAPIServer(fmt.Errorf("boom")), errRateLimited(1, limitRate),
 	}
 	for _, e := range errs {
 		row := fmt.Sprintf("| %d | `%s` |", e.status, e.code)

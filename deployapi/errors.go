@@ -11,7 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/shipstream/bloodraven/deployclient/wire"
-	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/store"
 )
 
 // Error codes of the contract (docs/api.md), as package wire defines them;
@@ -128,7 +128,7 @@ func errFromAPIServer(err error) *apiError {
 	if errors.As(err, &ae) {
 		return ae
 	}
-	if errors.Is(err, leasestore.ErrContended) {
+	if errors.Is(err, store.ErrContended) {
 		return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, retryAfter: 1, cause: err}
 	}
 	if apiServerFailed(err) {

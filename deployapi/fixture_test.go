@@ -22,7 +22,7 @@ import (
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/scene"
 	"github.com/shipstream/bloodraven/internal/testenv"
-	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 var (

@@ -11,11 +11,12 @@ import (
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployclient/wire"
-	"github.com/shipstream/bloodraven/deployrun"
-	"github.com/shipstream/bloodraven/gate"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
+	"github.com/shipstream/bloodraven/store"
+	"github.com/shipstream/bloodraven/store/deployrun"
+	"github.com/shipstream/bloodraven/store/gate"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 // POST /deploy/v1/groups/{group}/leases: grant or re-grant a lease.
@@ -47,7 +48,7 @@ func (s *Server) grant(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFail
 	}
 	name := leases.LeaseName(c.kind, g.Name, c.operationID)
 	var res result
-	err = leasestore.Optimistic(func(fresh bool) error {
+	err = store.Retry(func(fresh bool) error {
 		mig, err := s.leases.Get(ctx, g.Namespace, leases.MigrationName(g.Name), fresh)
 		if err != nil {
 			return err
@@ -100,7 +101,7 @@ func (s *Server) grant(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFail
 			if _, err := gate.Close(ctx, s.api, s.leases.Client, g.Namespace, d.Gate, now); err != nil {
 				return err
 			}
-			return leasestore.ErrStale
+			return store.ErrStale
 		case policy.OutcomeCreate, policy.OutcomeTakeOver, policy.OutcomeRegrant:
 			if d.Outcome == policy.OutcomeCreate {
 				target = nil
@@ -119,10 +120,10 @@ func (s *Server) grant(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFail
 			if tomb, err = s.leases.Tombstone(ctx, g, c.operationID); err != nil {
 				return err
 			}
-			return leasestore.ErrStale
+			return store.ErrStale
 		}
 		if confirmedOnly(d.Outcome) && !fresh {
-			return leasestore.ErrStale
+			return store.ErrStale
 		}
 		if e := refusal(d, g.Status.TopologyGeneration); e != nil {
 			return e
@@ -144,7 +145,7 @@ func (s *Server) writeGrant(ctx context.Context, c *call, g *bloodravenv1alpha1.
 	}
 	grant := leases.Grant{Group: g.Name, GroupUID: string(g.UID), Kind: c.kind, OperationID: c.operationID,
 		Instance: c.instance, Identity: c.identity.Username(), Generation: g.Status.TopologyGeneration,
-		TTLSeconds: policy.ClampTTL(c.ttl.ptr(), policy.DefaultTTLSeconds)}
+		TTLSeconds: policy.ClampTTL(c.ttl.ptr(), leases.DefaultTTLSeconds)}
 	if outcome == policy.OutcomeRegrant && target != nil {
 		// A re-grant continues the operation's tenure, and keeps the phase
 		// it reached.

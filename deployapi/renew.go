@@ -6,10 +6,11 @@ import (
 	"net/http"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/deployrun"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
+	"github.com/shipstream/bloodraven/store"
+	"github.com/shipstream/bloodraven/store/deployrun"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 // PUT and DELETE /deploy/v1/groups/{group}/leases/{kind}/{operationId}:
@@ -25,7 +26,7 @@ func (s *Server) renew(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFail
 		return fail(errNotFound) // the group's leases end with it
 	}
 	var res result
-	err := leasestore.Optimistic(func(fresh bool) error {
+	err := store.Retry(func(fresh bool) error {
 		obj, own, mig, tomb, err := s.leaseRecords(ctx, c, g, fresh)
 		if err != nil {
 			return err
@@ -58,10 +59,10 @@ func (s *Server) renew(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFail
 				}
 				return err
 			}
-			return leasestore.ErrStale
+			return store.ErrStale
 		}
 		if confirmedOnly(d.Outcome) && !fresh {
-			return leasestore.ErrStale
+			return store.ErrStale
 		}
 		if e := refusal(d, g.Status.TopologyGeneration); e != nil {
 			return e
@@ -111,7 +112,7 @@ func (s *Server) release(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFa
 	// gone tells that the operation's record was replaced.
 	var ended *leases.Record
 	var gone bool
-	err := leasestore.Optimistic(func(fresh bool) error {
+	err := store.Retry(func(fresh bool) error {
 		ended = nil
 		obj, own, err := s.leases.GetOwn(ctx, g, c.kind, c.operationID, fresh)
 		if err != nil {
@@ -141,7 +142,7 @@ func (s *Server) release(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFa
 			}
 			// Decide again on what the revocation left: a report goes on
 			// the revoked record (below).
-			return leasestore.ErrStale
+			return store.ErrStale
 		}
 		if d.Outcome == policy.OutcomeRelease {
 			if c.kind == leases.KindMigration {
@@ -170,7 +171,7 @@ func (s *Server) release(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFa
 			}
 		}
 		if confirmedOnly(d.Outcome) && !fresh {
-			return leasestore.ErrStale
+			return store.ErrStale
 		}
 		if e := refusal(d, g.Status.TopologyGeneration); e != nil {
 			return e

@@ -14,7 +14,7 @@ import (
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 func (f *fixture) grantTTL(kind, op string, ttl int, want int) response {

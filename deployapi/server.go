@@ -20,7 +20,7 @@ import (
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/deployclient/wire"
-	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 // PathPrefix is where the API is mounted.

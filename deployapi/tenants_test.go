@@ -15,7 +15,7 @@ import (
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 // Issue 21, item 1: authority comes only from deploymentClients of the

@@ -12,8 +12,9 @@ import (
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
+	"github.com/shipstream/bloodraven/store"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 // GET /deploy/v1/groups/{group}/leases/{kind}/{operationId}: the lease's
@@ -191,7 +192,7 @@ func stillHeld(o policy.LeaseOutcome) bool {
 // g is the request's fresh view of the group.
 func (s *Server) leaseAnswer(ctx context.Context, c *call, g *bloodravenv1alpha1.MysqlFailoverGroup) result {
 	var res result
-	err := leasestore.Optimistic(func(fresh bool) error {
+	err := store.Retry(func(fresh bool) error {
 		_, own, mig, tomb, err := s.leaseRecords(ctx, c, g, fresh)
 		if err != nil {
 			return err
@@ -208,7 +209,7 @@ func (s *Server) leaseAnswer(ctx context.Context, c *call, g *bloodravenv1alpha1
 			res.status, res.body = http.StatusOK, bodyOf(own, g.Namespace)
 			return nil
 		case confirmedOnly(d.Outcome) && !fresh:
-			return leasestore.ErrStale
+			return store.ErrStale
 		}
 		// The fence (a generation older than the group's, even before the
 		// tombstone is written) and the confirmed refusals.

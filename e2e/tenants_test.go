@@ -35,8 +35,8 @@ import (
 	"github.com/shipstream/bloodraven/internal/scene"
 	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 // Issue 21: authority comes only from deploymentClients. A second tenant,

@@ -21,8 +21,8 @@ import (
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 // Env is what the commands run against; NewCommand fills it from the

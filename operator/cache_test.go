@@ -13,7 +13,7 @@ import (
 
 	"github.com/shipstream/bloodraven/internal/scene"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 // Tombstones are never cached. The cache the operator's manager runs

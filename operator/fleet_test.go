@@ -28,7 +28,7 @@ import (
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/mariadblocal"
 	"github.com/shipstream/bloodraven/internal/testenv"
-	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/store/leasestore"
 	mysqldriver "github.com/shipstream/bloodraven/topology/mysql"
 )
 

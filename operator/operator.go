@@ -15,7 +15,7 @@ import (
 
 	"github.com/shipstream/bloodraven/controllers"
 	"github.com/shipstream/bloodraven/deployapi"
-	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/store/leasestore"
 	"github.com/shipstream/bloodraven/topology"
 	"github.com/shipstream/bloodraven/topology/prober"
 )

@@ -1,6 +1,10 @@
 package policy
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/shipstream/bloodraven/leases"
+)
 
 func TestClampTTL(t *testing.T) {
 	i := func(v int64) *int64 { return &v }
@@ -9,7 +13,7 @@ func TestClampTTL(t *testing.T) {
 		current   int64
 		want      int64
 	}{
-		"omitted on grant uses the default":    {requested: nil, current: DefaultTTLSeconds, want: 30},
+		"omitted on grant uses the default":    {requested: nil, current: leases.DefaultTTLSeconds, want: 30},
 		"omitted on renewal keeps the lease's": {requested: nil, current: 90, want: 90},
 		"in range is kept":                     {requested: i(45), current: 30, want: 45},
 		"lower bound is kept":                  {requested: i(5), current: 30, want: 5},

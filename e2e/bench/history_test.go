@@ -19,7 +19,7 @@ import (
 
 	"github.com/shipstream/bloodraven/deployclient/wire"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 // HistoryRow is the fleet after some deploy cycles per group.

@@ -44,8 +44,8 @@ import (
 	"github.com/shipstream/bloodraven/deployapi"
 	"github.com/shipstream/bloodraven/internal/pki"
 	"github.com/shipstream/bloodraven/internal/testenv"
-	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/operator"
+	"github.com/shipstream/bloodraven/store/leasestore"
 	"github.com/shipstream/bloodraven/topology/memory"
 )
 

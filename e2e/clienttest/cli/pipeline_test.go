@@ -19,7 +19,7 @@ import (
 	"github.com/shipstream/bloodraven/deployclient/deploycmd"
 	"github.com/shipstream/bloodraven/internal/operatortest"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 // stamp writes the child's own clock (seconds since the epoch, with

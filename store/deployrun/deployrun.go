@@ -15,8 +15,9 @@ import (
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
+	"github.com/shipstream/bloodraven/store"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 // Labels on DeployRun objects.
@@ -52,7 +53,7 @@ func Name(g *bloodravenv1alpha1.MysqlFailoverGroup, instance, operationID string
 // IsRace tells whether err is only a lost race (a conflict, or a create
 // that found the run written meanwhile): deciding again on a fresh read
 // settles it.
-func IsRace(err error) bool { return leasestore.Retryable(err) }
+func IsRace(err error) bool { return store.Retryable(err) }
 
 // Sync makes the DeployRun of rec's operation in g match rec at now
 // (policy.RunStatus): it writes the run's status when it differs, and
@@ -84,10 +85,10 @@ func Sync(ctx context.Context, read client.Reader, w client.Client, g *bloodrave
 }
 
 // SyncFresh is Sync on fresh reads (read must be uncached), deciding again
-// after a lost race (leasestore.Optimistic): for a record whose end nobody
+// after a lost race (store.Retry): for a record whose end nobody
 // can read once it is replaced.
 func SyncFresh(ctx context.Context, read client.Reader, w client.Client, g *bloodravenv1alpha1.MysqlFailoverGroup, rec *leases.Record, now time.Time) error {
-	return leasestore.Optimistic(func(bool) error { return Sync(ctx, read, w, g, rec, now, true) })
+	return store.Retry(func(bool) error { return Sync(ctx, read, w, g, rec, now, true) })
 }
 
 // Begin writes the run of a grant that began a tenure (a create or a
@@ -116,7 +117,7 @@ func Begin(ctx context.Context, read client.Reader, w client.Client, g *bloodrav
 // yet (policy.RunReported). It reads from read, which must be uncached.
 func Report(ctx context.Context, read client.Reader, w client.Client, g *bloodravenv1alpha1.MysqlFailoverGroup, instance, operationID string,
 	tenure time.Time, outcome leases.Outcome) error {
-	return leasestore.Optimistic(func(bool) error {
+	return store.Retry(func(bool) error {
 		run := &bloodravenv1alpha1.DeployRun{}
 		if err := read.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: Name(g, instance, operationID, tenure)}, run); err != nil {
 			return client.IgnoreNotFound(err)

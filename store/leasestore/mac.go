@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/policy"
 )
 
 // RecordMACAnnotation carries the record's MAC: base64 of HMAC-SHA256, under
@@ -106,7 +105,7 @@ func (k *RecordKey) check(l *coordinationv1.Lease) string {
 // legacyExpiry is the latest expiry a legacy record (no MAC, written before
 // the key) keeps.
 func (k *RecordKey) legacyExpiry() time.Time {
-	return k.Since.Add(time.Duration(policy.MaxTTLSeconds) * time.Second)
+	return k.Since.Add(time.Duration(leases.MaxTTLSeconds) * time.Second)
 }
 
 // Unverified is told of a Lease whose record did not verify: once per

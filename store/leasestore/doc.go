@@ -41,7 +41,7 @@
 // expiry clamped to the key's creation plus the longest ttl.
 //
 // Guarantees: every write carries the resourceVersion it decided on;
-// Optimistic is the one retry loop (at most MaxAttempts attempts, fresh
+// store.Retry is the one retry loop (at most store.MaxAttempts attempts, fresh
 // reads after the first); Revoke decides nothing: it re-reads the group and
 // the operation's records from the API server and writes what leases.Revoke
 // decides on them, so a revocation only tombstones leases of a generation

@@ -17,6 +17,7 @@ import (
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/store"
 )
 
 // CacheSelector selects the Lease objects worth caching: live deployment
@@ -224,7 +225,7 @@ func (s *Store) Put(ctx context.Context, group *bloodravenv1alpha1.MysqlFailover
 func (s *Store) Transition(ctx context.Context, group *bloodravenv1alpha1.MysqlFailoverGroup, kind leases.Kind, operationID string,
 	step func(cur *leases.Record) (leases.Record, bool)) (*leases.Record, error) {
 	var written *leases.Record
-	err := Optimistic(func(bool) error {
+	err := store.Retry(func(bool) error {
 		obj, cur, err := s.GetOwn(ctx, group, kind, operationID, true)
 		if err != nil || cur == nil {
 			return err
@@ -264,7 +265,7 @@ type Revocation struct {
 // qualifies. The group passed in names the group; its status is not used.
 func (s *Store) Revoke(ctx context.Context, group *bloodravenv1alpha1.MysqlFailoverGroup, operationID, reason string) (Revocation, error) {
 	var out Revocation
-	err := Optimistic(func(bool) error {
+	err := store.Retry(func(bool) error {
 		out = Revocation{}
 		fresh := &bloodravenv1alpha1.MysqlFailoverGroup{}
 		if err := s.API.Get(ctx, client.ObjectKeyFromObject(group), fresh); err != nil {
@@ -371,7 +372,7 @@ func (s *Store) PendingTombstones(ctx context.Context, namespace, group string) 
 func (s *Store) putTombstone(ctx context.Context, group *bloodravenv1alpha1.MysqlFailoverGroup, tomb leases.Record) (*Object, error) {
 	name := leases.TombstoneName(group.Name, tomb.OperationID)
 	var out *Object
-	err := Optimistic(func(fresh bool) error {
+	err := store.Retry(func(fresh bool) error {
 		var err error
 		if !fresh {
 			out, err = s.Create(ctx, group, name, tomb)

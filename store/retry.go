@@ -1,4 +1,4 @@
-package leasestore
+package store
 
 import (
 	"errors"
@@ -9,19 +9,19 @@ import (
 // MaxAttempts bounds every optimistic-concurrency loop of the project.
 const MaxAttempts = 8
 
-// ErrStale asks Optimistic for another attempt from fresh reads: the attempt
+// ErrStale asks Retry for another attempt from fresh reads: the attempt
 // decided on a cached read it must confirm before acting on it.
 var ErrStale = errors.New("decided on a possibly stale read")
 
 // ErrContended is returned when every attempt lost a race.
 var ErrContended = errors.New("still conflicting after retries")
 
-// Optimistic is the one optimistic-retry loop: it runs attempt until it
+// Retry is the one optimistic-retry loop: it runs attempt until it
 // returns nil or an error other than a Conflict or AlreadyExists from the API
 // server, or ErrStale. The first attempt may read from a cache (fresh is
 // false); every later one must read from the API server. After MaxAttempts
 // lost races it returns ErrContended.
-func Optimistic(attempt func(fresh bool) error) error {
+func Retry(attempt func(fresh bool) error) error {
 	for i := 0; i < MaxAttempts; i++ {
 		err := attempt(i > 0)
 		if !Retryable(err) {

@@ -10,8 +10,8 @@ import (
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
-	"github.com/shipstream/bloodraven/leasestore"
 	"github.com/shipstream/bloodraven/policy"
+	"github.com/shipstream/bloodraven/store"
 )
 
 // Close records rec's unconfirmed DDL on its instance's MysqlDatabase in
@@ -21,7 +21,7 @@ import (
 // accounts for rec (policy.GateRecorded), is left alone. closed reports
 // whether this call wrote the gate.
 func Close(ctx context.Context, api client.Reader, w client.Client, namespace string, rec *leases.Record, now time.Time) (closed bool, err error) {
-	err = leasestore.Optimistic(func(bool) error {
+	err = store.Retry(func(bool) error {
 		closed = false
 		db := &bloodravenv1alpha1.MysqlDatabase{}
 		if err := api.Get(ctx, client.ObjectKey{Namespace: namespace, Name: rec.Instance}, db); err != nil {
