@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	"k8s.io/utils/lru"
 )
 
@@ -53,13 +54,17 @@ type reviewLimits struct {
 	// slotWait is how long a miss waits for a slot (tests shorten it).
 	slotWait time.Duration
 
-	mu             sync.Mutex // guards the buckets (sources' values too)
-	sources        *lru.Cache // source host -> *tokenBucket
-	unknownIssuers tokenBucket
+	mu             sync.Mutex // makes a source's get-or-add one step
+	sources        *lru.Cache // source host -> *rate.Limiter
+	unknownIssuers *rate.Limiter
 }
 
+// The buckets are x/time/rate's, always asked with the injected clock's
+// time (AllowN, TokensAt): they start full and refill at their rate up to
+// their burst; a time before the last one refills nothing.
 func newReviewLimits() reviewLimits {
-	return reviewLimits{slots: make(chan struct{}, maxConcurrentReviews), slotWait: defaultSlotWait, sources: lru.New(maxSources)}
+	return reviewLimits{slots: make(chan struct{}, maxConcurrentReviews), slotWait: defaultSlotWait, sources: lru.New(maxSources),
+		unknownIssuers: rate.NewLimiter(unknownIssuerRate, unknownIssuerBurst)}
 }
 
 // acquire takes a review slot, waiting at most wait. release gives it back.
@@ -87,31 +92,26 @@ func (l *reviewLimits) acquire(wait time.Duration) (release func(), ok bool) {
 // takeSource takes a miss from source's bucket; false when it is empty.
 func (l *reviewLimits) takeSource(source string, now time.Time) bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	var b *tokenBucket
+	var b *rate.Limiter
 	if v, ok := l.sources.Get(source); ok {
-		b = v.(*tokenBucket)
+		b = v.(*rate.Limiter)
 	} else {
-		b = &tokenBucket{}
+		b = rate.NewLimiter(sourceMissRate, sourceMissBurst)
 		l.sources.Add(source, b)
 	}
-	return b.take(now, sourceMissRate, sourceMissBurst)
+	l.mu.Unlock()
+	return b.AllowN(now, 1)
 }
 
 // unknownIssuerAvailable reports whether the unknown-issuer budget has a
 // review left, without taking it.
 func (l *reviewLimits) unknownIssuerAvailable(now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.unknownIssuers.refill(now, unknownIssuerRate, unknownIssuerBurst)
-	return l.unknownIssuers.tokens >= 1
+	return l.unknownIssuers.TokensAt(now) >= 1
 }
 
 // takeUnknownIssuer takes a review from the unknown-issuer budget.
 func (l *reviewLimits) takeUnknownIssuer(now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.unknownIssuers.take(now, unknownIssuerRate, unknownIssuerBurst)
+	return l.unknownIssuers.AllowN(now, 1)
 }
 
 // sourceOf is the address a request's misses are counted against: the host
@@ -121,34 +121,4 @@ func sourceOf(r *http.Request) string {
 		return host
 	}
 	return r.RemoteAddr
-}
-
-// tokenBucket is a token bucket on the injected clock: it starts full and
-// refills at rate per second up to burst. A clock that goes back refills
-// nothing. Not safe for concurrent use.
-type tokenBucket struct {
-	tokens float64
-	last   time.Time
-	primed bool
-}
-
-func (b *tokenBucket) refill(now time.Time, rate, burst float64) {
-	if !b.primed {
-		b.tokens, b.last, b.primed = burst, now, true
-		return
-	}
-	if d := now.Sub(b.last); d > 0 {
-		b.tokens = min(burst, b.tokens+d.Seconds()*rate)
-		b.last = now
-	}
-}
-
-// take removes one token if there is one.
-func (b *tokenBucket) take(now time.Time, rate, burst float64) bool {
-	b.refill(now, rate, burst)
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
 }

@@ -2,9 +2,11 @@ package mysql
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	"k8s.io/utils/clock"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
@@ -28,21 +30,22 @@ type CredentialCache struct {
 	// TTL; DefaultCredentialTTL when zero.
 	TTL time.Duration
 
-	mu       sync.Mutex
-	m        map[credKey]credEntry
-	inflight map[credKey]*credRead
+	mu sync.Mutex
+	m  map[credKey]credEntry
+	// gen counts a key's Invalidates: a read that one overtook answers
+	// its callers but is not kept.
+	gen   map[credKey]uint64
+	reads singleflight.Group
 }
 
-// credRead is one Fetch in progress; done is closed when it ended.
-type credRead struct {
-	done           chan struct{}
-	user, password string
-	err            error
-}
+// account is what one read of the Secret found.
+type account struct{ user, password string }
 
 type credKey struct {
 	uid, secret string
 }
+
+func (k credKey) String() string { return k.uid + "/" + k.secret }
 
 type credEntry struct {
 	user, password string
@@ -66,7 +69,8 @@ func (c *CredentialCache) ttl() time.Duration {
 
 // Get returns g's account, from the cache while it is younger than TTL.
 // When it must read, a read already in progress for g is waited for instead
-// of starting another; ctx bounds only the wait of this caller.
+// of starting another (singleflight); ctx bounds only the wait of this
+// caller.
 func (c *CredentialCache) Get(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
 	k := keyOf(g)
 	now := c.Clock.Now()
@@ -75,49 +79,56 @@ func (c *CredentialCache) Get(ctx context.Context, g *bloodravenv1alpha1.MysqlFa
 		c.mu.Unlock()
 		return e.user, e.password, nil
 	}
-	if r, ok := c.inflight[k]; ok {
-		c.mu.Unlock()
-		select {
-		case <-r.done:
-			return r.user, r.password, r.err
-		case <-ctx.Done():
-			return "", "", ctx.Err()
-		}
-	}
-	r := &credRead{done: make(chan struct{})}
-	if c.inflight == nil {
-		c.inflight = map[credKey]*credRead{}
-	}
-	c.inflight[k] = r
+	gen := c.gen[k]
 	c.mu.Unlock()
+	ch := c.reads.DoChan(k.String(), func() (any, error) { return c.read(ctx, g, k, gen, now) })
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return "", "", res.Err
+		}
+		a := res.Val.(account)
+		return a.user, a.password, nil
+	case <-ctx.Done():
+		return "", "", ctx.Err()
+	}
+}
 
-	r.user, r.password, r.err = c.Fetch(ctx, g)
-	if r.err != nil {
-		r.user, r.password = "", ""
+// read fetches g's account and keeps it unless an Invalidate came after
+// gen was read. A panicking Fetch is an error for every caller waiting.
+func (c *CredentialCache) read(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, k credKey, gen uint64, at time.Time) (_ any, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("read credentials: panic: %v", v)
+		}
+	}()
+	user, password, err := c.Fetch(ctx, g)
+	if err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
-	// A read that Invalidate overtook may hold the refused account: it
-	// answers its callers but is not kept.
-	if c.inflight[k] == r {
-		delete(c.inflight, k)
-		if r.err == nil {
-			if c.m == nil {
-				c.m = map[credKey]credEntry{}
-			}
-			c.m[k] = credEntry{user: r.user, password: r.password, at: now}
+	if c.gen[k] == gen {
+		if c.m == nil {
+			c.m = map[credKey]credEntry{}
 		}
+		c.m[k] = credEntry{user: user, password: password, at: at}
 	}
 	c.mu.Unlock()
-	close(r.done)
-	return r.user, r.password, r.err
+	return account{user, password}, nil
 }
 
 // Invalidate forgets g's account, and makes the next Get read again even
 // while an older read is in progress.
 func (c *CredentialCache) Invalidate(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+	k := keyOf(g)
 	c.mu.Lock()
-	delete(c.m, keyOf(g))
-	delete(c.inflight, keyOf(g))
+	delete(c.m, k)
+	if c.gen == nil {
+		c.gen = map[credKey]uint64{}
+	}
+	c.gen[k]++
+	// Under mu, with the generation: no Get joins the overtaken read.
+	c.reads.Forget(k.String())
 	c.mu.Unlock()
 }
 
