@@ -5,15 +5,16 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -120,8 +121,13 @@ type authenticator struct {
 	refused  *lru.Cache // key -> time.Time until which it is refused
 	limits   reviewLimits
 
-	mu       sync.Mutex
-	inflight map[[sha256.Size]byte]*review
+	// reviews shares one TokenReview among the requests (and the
+	// background re-review) of one token; running counts the reviews in
+	// flight (tests wait for none).
+	inFlight singleflight.Group
+	running  atomic.Int64
+
+	mu sync.Mutex // guards issuers
 	// issuers are the iss claims of tokens reviews accepted, the most
 	// recently confirmed first; at most maxIssuers.
 	issuers []string
@@ -138,20 +144,13 @@ type cachedReview struct {
 	refreshAt time.Time
 }
 
-// review is one TokenReview in flight; done closes when id and err are set.
-type review struct {
-	done chan struct{}
-	id   Identity
-	err  error
-}
-
 func newAuthenticator(kube kubernetes.Interface, audience string, clk clock.PassiveClock, ttl time.Duration, size int) *authenticator {
 	return newAuthenticatorFor(kube.AuthenticationV1().TokenReviews(), audience, clk, ttl, size)
 }
 
 func newAuthenticatorFor(reviews authv1client.TokenReviewInterface, audience string, clk clock.PassiveClock, ttl time.Duration, size int) *authenticator {
 	return &authenticator{reviews: reviews, audience: audience, clock: clk, ttl: ttl, cache: lru.New(size), refused: lru.New(size),
-		limits: newReviewLimits(), inflight: map[[sha256.Size]byte]*review{}}
+		limits: newReviewLimits()}
 }
 
 // bearerToken extracts the token of an Authorization: Bearer header.
@@ -188,38 +187,52 @@ func (a *authenticator) authenticate(ctx context.Context, r *http.Request) (Iden
 	if a.missHook != nil {
 		a.missHook()
 	}
-	a.mu.Lock()
-	if f, ok := a.inflight[key]; ok {
-		a.mu.Unlock()
-		select {
-		case <-f.done:
-			return f.id, f.err
-		case <-ctx.Done():
-			return Identity{}, fmt.Errorf("token review: %w", ctx.Err())
+	// One review per token at a time: a miss joins the review in flight
+	// (a background re-review too) and waits for it as long as its own
+	// context lets it; the review does not end with any request.
+	ch := a.flight(key, func() (Identity, error) {
+		// A review that finished since the miss above has cached its
+		// answer (it caches before it leaves the group).
+		if id, hit, _, err := a.cached(key, now); hit {
+			return id, err
 		}
-	}
-	// A review that finished since the miss above has cached its answer
-	// (it caches before it leaves inflight).
-	if id, hit, _, err := a.cached(key, now); hit {
+		a.mu.Lock()
+		knownIssuer := a.issuerKnownLocked(c.iss)
 		a.mu.Unlock()
-		return id, err
+		return a.admitAndReview(ctx, r, token, c, key, knownIssuer)
+	})
+	select {
+	case res := <-ch:
+		id, _ := res.Val.(Identity)
+		return id, res.Err
+	case <-ctx.Done():
+		return Identity{}, fmt.Errorf("token review: %w", ctx.Err())
 	}
-	knownIssuer := a.issuerKnownLocked(c.iss)
-	f := &review{done: make(chan struct{}), err: errors.New("token review did not finish")}
-	a.inflight[key] = f
-	a.mu.Unlock()
-	defer a.finish(key, f) // also if the review panics: waiters get f.err
-	id, err := a.admitAndReview(ctx, r, token, c, key, knownIssuer)
-	f.id, f.err = id, err
-	return id, err
 }
 
-// finish ends the review f of key: it leaves inflight and its waiters wake.
-func (a *authenticator) finish(key [sha256.Size]byte, f *review) {
-	a.mu.Lock()
-	delete(a.inflight, key)
-	a.mu.Unlock()
-	close(f.done)
+// flight runs review as the one review of key in flight, or joins the one
+// there is. Every caller's flight is counted in running from the call
+// until its answer is handed over, which is after the review left the
+// group: once running is 0, the next call starts a review of its own. A
+// panic is an error for each caller (singleflight's DoChan would re-raise
+// it where nothing can recover it).
+func (a *authenticator) flight(key [sha256.Size]byte, review func() (Identity, error)) <-chan singleflight.Result {
+	a.running.Add(1)
+	ch := a.inFlight.DoChan(string(key[:]), func() (id any, err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				id, err = Identity{}, fmt.Errorf("token review: panic: %v", v)
+			}
+		}()
+		return review()
+	})
+	out := make(chan singleflight.Result, 1)
+	go func() {
+		res := <-ch
+		a.running.Add(-1)
+		out <- res
+	}()
+	return out
 }
 
 // admitAndReview sends the review of a miss if the limits let it: the
@@ -250,29 +263,13 @@ func (a *authenticator) admitAndReview(ctx context.Context, r *http.Request, tok
 }
 
 // refreshAhead starts the background re-review of a cached success unless
-// a review of its token is in flight. It never blocks: the request is
-// answered from the cache.
+// a review of its token is in flight (then it joins it: one review). It
+// never blocks: the request is answered from the cache. A miss of the same
+// token (the entry expired meanwhile) joins this review instead of sending
+// another.
 func (a *authenticator) refreshAhead(ctx context.Context, token string, c claims, key [sha256.Size]byte) {
-	a.mu.Lock()
-	if _, busy := a.inflight[key]; busy {
-		a.mu.Unlock()
-		return
-	}
-	// Registered in inflight: a miss of the same token (the entry expired
-	// meanwhile) waits for this review instead of sending another.
-	f := &review{done: make(chan struct{}), err: errors.New("token re-review did not finish")}
-	a.inflight[key] = f
-	a.mu.Unlock()
 	bg := context.WithoutCancel(ctx)
-	go func() {
-		defer a.finish(key, f)
-		defer func() {
-			if v := recover(); v != nil { // a background goroutine must not take the process down
-				f.id, f.err = Identity{}, fmt.Errorf("token re-review: panic: %v", v)
-			}
-		}()
-		f.id, f.err = a.refresh(bg, token, c, key)
-	}()
+	a.flight(key, func() (Identity, error) { return a.refresh(bg, token, c, key) })
 }
 
 // refresh re-reviews a cached success. It takes no source token; it waits

@@ -131,10 +131,7 @@ func waitIdle(t *testing.T, a *authenticator) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		a.mu.Lock()
-		n := len(a.inflight)
-		a.mu.Unlock()
-		if n == 0 {
+		if a.running.Load() == 0 {
 			return
 		}
 		time.Sleep(time.Millisecond)
