@@ -19,8 +19,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
-	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/scene"
+	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
 func TestDatabaseStatusSaysWhetherItsGroupExistsAndWhoMayDeploy(t *testing.T) {
@@ -132,10 +132,10 @@ func TestAGroupsStatusWritesCostTheDatabaseControllerNothing(t *testing.T) {
 		}
 		return true
 	}
-	e2etest.WaitFor(t, 30*time.Second, func() bool { return groupFound(metav1.ConditionTrue) })
+	testenv.WaitFor(t, 30*time.Second, func() bool { return groupFound(metav1.ConditionTrue) })
 	// The creations' last reconciles (each database's own status write
 	// comes back once) are over when the count stands still.
-	e2etest.WaitFor(t, 10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, func() bool {
 		n := counted.reconciles.Load()
 		time.Sleep(500 * time.Millisecond)
 		return counted.reconciles.Load() == n
@@ -162,5 +162,5 @@ func TestAGroupsStatusWritesCostTheDatabaseControllerNothing(t *testing.T) {
 	if err := env.Client.Delete(ctx, g); err != nil {
 		t.Fatal(err)
 	}
-	e2etest.WaitFor(t, 30*time.Second, func() bool { return groupFound(metav1.ConditionFalse) })
+	testenv.WaitFor(t, 30*time.Second, func() bool { return groupFound(metav1.ConditionFalse) })
 }

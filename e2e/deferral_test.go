@@ -15,6 +15,7 @@ import (
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/devenv"
+	"github.com/shipstream/bloodraven/internal/readonly"
 )
 
 // The deferral budget end to end (issue 24), on the operator binary and
@@ -31,7 +32,7 @@ func TestTheDeferralBudgetEndsAHoldThatNeverLetsGo(t *testing.T) {
 	p, cfg := upPlayground(t)
 	admin, key, g := bootstrapped(t, p)
 	ctx := context.Background()
-	ro := e2etest.StartReadOnlySampler(t, e2etest.SitesDSN(p))
+	ro := readonly.Start(t, e2etest.SitesDSN(p))
 	patch := client.MergeFrom(g.DeepCopy())
 	g.Spec.MaxDeferralSeconds = ptr.To[int32](60)
 	if err := admin.Patch(ctx, g, patch); err != nil {

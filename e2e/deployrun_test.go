@@ -17,6 +17,7 @@ import (
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/devenv"
+	"github.com/shipstream/bloodraven/internal/readonly"
 	"github.com/shipstream/bloodraven/internal/testenv"
 )
 
@@ -39,7 +40,7 @@ func TestEmergencyFailoverDuringDeployRun(t *testing.T) {
 	p, cfg := upPlayground(t)
 	admin, key, g := bootstrappedWithBudget(t, p, 5)
 	probe := siteObserver(t)
-	ro, from := e2etest.StartReadOnlySampler(t, e2etest.SitesDSN(p)), time.Now() // @@read_only on both sites every 100 ms
+	ro, from := readonly.Start(t, e2etest.SitesDSN(p)), time.Now() // @@read_only on both sites every 100 ms
 	started := filepath.Join(t.TempDir(), "started")
 	run := e2etest.StartDeployRun(t, p, cfg, []string{"--group", devenv.GroupName, "--instance", devenv.DatabaseName, "--ttl", "30"},
 		"sh", "-c", `"$0" deploy mark-ddl && touch "$1" && exec sleep 600`, cfg.OperatorBinary, started)

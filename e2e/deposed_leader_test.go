@@ -21,6 +21,7 @@ import (
 	"github.com/shipstream/bloodraven/internal/childproc"
 	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/faultproxy"
+	"github.com/shipstream/bloodraven/internal/readonly"
 )
 
 // deposedSampleInterval is how often both tests' @@read_only and pdx's
@@ -70,7 +71,7 @@ func TestADeposedLeaderPausedMidPromotionNeverOpensASite(t *testing.T) {
 		return gtids["iad"] != "" && gtids["iad"] == gtids["pdx"]
 	})
 	sites := e2etest.SitesDSN(p)
-	ro := e2etest.StartReadOnlySamplerEvery(t, sites, deposedSampleInterval)
+	ro := readonly.StartEvery(t, sites, deposedSampleInterval)
 	source := startSourceSampler(t, sites["pdx"], deposedSampleInterval)
 	begin := ro.Mark("sampling")
 	dump := statusDumper(t, admin, key, p)
@@ -270,7 +271,7 @@ func (s *sourceSampler) stop() {
 }
 
 func (s *sourceSampler) tick() {
-	ctx, cancel := context.WithTimeout(context.Background(), e2etest.ReadOnlyQueryBound)
+	ctx, cancel := context.WithTimeout(context.Background(), readonly.QueryBound)
 	defer cancel()
 	out := sourceSample{}
 	rows, err := s.db.QueryContext(ctx, "SHOW SLAVE STATUS")

@@ -31,7 +31,7 @@
 //     requested while iad is paused, black-holed or refusing connections
 //     waits in Admitting/SiteUnreachable naming iad, writes no transition
 //     and opens no site, then completes once iad is back, with no sample
-//     of two writable sites (e2etest.ReadOnlySampler) from the request to
+//     of two writable sites (readonly.Sampler) from the request to
 //     the completion; and with a 5 s detection budget the emergency path
 //     promotes pdx past such a pending planned failover (black-holed and
 //     paused iad), fences the returning iad within about one probe

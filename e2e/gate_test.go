@@ -15,6 +15,7 @@ import (
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/devenv"
+	"github.com/shipstream/bloodraven/internal/readonly"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 )
 
@@ -163,7 +164,7 @@ func TestARunConfirmedJustBeforeAMoveIsNotGated(t *testing.T) {
 	p, cfg := upPlayground(t)
 	admin, key, g := bootstrappedWithBudget(t, p, 5)
 	probe := siteObserver(t)
-	ro, from := e2etest.StartReadOnlySampler(t, e2etest.SitesDSN(p)), time.Now() // @@read_only on both sites every 100 ms
+	ro, from := readonly.Start(t, e2etest.SitesDSN(p)), time.Now() // @@read_only on both sites every 100 ms
 	proxy := startReleaseHolder(t, p, cfg)
 	const op = "confirmed-then-moved"
 	run := e2etest.StartDeployRun(t, p, cfg, []string{"--server", proxy.URL, "--ca", proxy.CA, "--group", devenv.GroupName,

@@ -23,6 +23,7 @@ import (
 	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/faultproxy"
 	"github.com/shipstream/bloodraven/internal/mariadblocal"
+	"github.com/shipstream/bloodraven/internal/readonly"
 	"github.com/shipstream/bloodraven/policy"
 )
 
@@ -84,7 +85,7 @@ func TestPlannedFailoverWaitsForAnUnreachablePrimary(t *testing.T) {
 				return pf != nil && pf.Phase == bloodravenv1alpha1.PlannedFailoverPhaseCompleted && g.Status.ActiveSite == "pdx" && g.Status.TopologyGeneration == 2, ""
 			})
 			completed := ro.Mark("planned failover completed")
-			time.Sleep(2 * e2etest.ReadOnlyInterval) // the sampler's answers up to the completion
+			time.Sleep(2 * readonly.Interval) // the sampler's answers up to the completion
 			assertNoSplitBrain(t, ro, requested, time.Now())
 			g := getGroup(t, admin, key)
 			if r := g.Status.PlannedFailover.Reason; r != "Promoted" {
@@ -199,7 +200,7 @@ func TestEmergencyFailoverPromotesPastAPendingPlannedFailover(t *testing.T) {
 type faultedRequest struct {
 	admin              client.Client
 	key                client.ObjectKey
-	ro                 *e2etest.ReadOnlySampler
+	ro                 *readonly.Sampler
 	dump               func(string, ...any)
 	f                  *fault
 	faultAt, requested time.Time
@@ -219,7 +220,7 @@ func requestUnderFault(t *testing.T, kind string, budgetSeconds int32) *faultedR
 		gtids, _ := probe.GTIDs(ctx, g)
 		return gtids["iad"] != "" && gtids["iad"] == gtids["pdx"]
 	})
-	r := &faultedRequest{admin: admin, key: key, ro: e2etest.StartReadOnlySampler(t, e2etest.SitesDSN(p)),
+	r := &faultedRequest{admin: admin, key: key, ro: readonly.Start(t, e2etest.SitesDSN(p)),
 		dump: statusDumper(t, admin, key, p)}
 	r.f = applyFault(t, kind, p, proxies)
 	r.faultAt = r.ro.Mark("fault on iad: " + kind)
@@ -427,7 +428,7 @@ func statusDumper(t *testing.T, admin client.Client, key client.ObjectKey, p *de
 	}
 }
 
-func assertNoSplitBrain(t *testing.T, ro *e2etest.ReadOnlySampler, from, to time.Time) {
+func assertNoSplitBrain(t *testing.T, ro *readonly.Sampler, from, to time.Time) {
 	t.Helper()
 	if both := ro.TwoWritable(from, to); len(both) > 0 {
 		t.Fatalf("%d samples with two writable sites between %v and %v, the first at %v",
@@ -437,7 +438,7 @@ func assertNoSplitBrain(t *testing.T, ro *e2etest.ReadOnlySampler, from, to time
 
 // firstWritable is the time of the first sample at or after after in which
 // site answered read_only=0.
-func firstWritable(ro *e2etest.ReadOnlySampler, site string, after time.Time) (time.Time, bool) {
+func firstWritable(ro *readonly.Sampler, site string, after time.Time) (time.Time, bool) {
 	for _, s := range ro.Samples() {
 		if w := s.Writable[site]; w != nil && *w && !s.At.Before(after) {
 			return s.At, true

@@ -16,6 +16,7 @@ import (
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/faultproxy"
+	"github.com/shipstream/bloodraven/internal/readonly"
 	"github.com/shipstream/bloodraven/policy"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 )
@@ -59,7 +60,7 @@ func TestAPlannedMoveThatLosesItsOldPrimaryMidwayFailsOverWithinBudget(t *testin
 		gtids, _ := probe.GTIDs(ctx, g)
 		return gtids["iad"] != "" && gtids["iad"] == gtids["pdx"]
 	})
-	ro := e2etest.StartReadOnlySampler(t, e2etest.SitesDSN(p))
+	ro := readonly.Start(t, e2etest.SitesDSN(p))
 	begin := ro.Mark("sampling")
 	dump := statusDumper(t, admin, key, p)
 
@@ -142,7 +143,7 @@ func TestAPlannedMoveThatLosesItsOldPrimaryMidwayFailsOverWithinBudget(t *testin
 	if !slices.Contains(reasons, "TransitionRolledBack") || !slices.Contains(reasons, "EmergencyFailover") {
 		dump("events %v, want TransitionRolledBack and EmergencyFailover", reasons)
 	}
-	time.Sleep(2 * e2etest.ReadOnlyInterval) // the sampler's answers up to now
+	time.Sleep(2 * readonly.Interval) // the sampler's answers up to now
 	if last := ro.Samples(); len(last) == 0 || last[len(last)-1].Writable["pdx"] == nil || !*last[len(last)-1].Writable["pdx"] {
 		dump("pdx does not answer read_only=0 at the end")
 	}
@@ -265,7 +266,7 @@ func (gv *groupVersions) seen() []groupVersion { return slices.Clone(gv.all) }
 // goes on), the group as then read, when the request was made and when the
 // transition was seen.
 func slowPlannedMoveToPdx(t *testing.T, p *devenv.Playground, admin client.Client, key client.ObjectKey, iad *faultproxy.Proxy,
-	ro *e2etest.ReadOnlySampler, dump func(string, ...any), id string) (versions *groupVersions, persisted *bloodravenv1alpha1.MysqlFailoverGroup, requested, seen time.Time) {
+	ro *readonly.Sampler, dump func(string, ...any), id string) (versions *groupVersions, persisted *bloodravenv1alpha1.MysqlFailoverGroup, requested, seen time.Time) {
 	t.Helper()
 	iad.SetMode(faultproxy.Delay(promotionDelay))
 	t.Cleanup(func() { iad.SetMode(faultproxy.Pass) })

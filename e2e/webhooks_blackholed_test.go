@@ -12,6 +12,7 @@ import (
 	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/faultproxy"
+	"github.com/shipstream/bloodraven/internal/readonly"
 )
 
 // The operator's own writes never wait on its own webhooks (docs/design.md,
@@ -39,7 +40,7 @@ func TestEmergencyFailoverWhileTheWebhooksAreBlackHoled(t *testing.T) {
 	})
 	admin, key, g := bootstrappedWithBudget(t, p, int32(budget/time.Second)) // through the webhooks, still passing
 	probe := siteObserver(t)
-	ro, from := e2etest.StartReadOnlySampler(t, e2etest.SitesDSN(p)), time.Now()
+	ro, from := readonly.Start(t, e2etest.SitesDSN(p)), time.Now()
 
 	proxy.SetMode(faultproxy.BlackHole)
 	start := time.Now()

@@ -14,4 +14,8 @@
 // listeners), the TLS listener and the auxiliary server, and the lease
 // guard check: the caller owns those, because a test harness replaces
 // them.
+//
+// fleet_test.go runs the whole operator against real MariaDB pairs (a
+// site lost under many groups): it lives here because it needs exactly
+// this constructor and no binary.
 package operator

@@ -25,8 +25,8 @@ import (
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/controllers"
-	"github.com/shipstream/bloodraven/e2e/e2etest"
 	"github.com/shipstream/bloodraven/internal/mariadblocal"
+	"github.com/shipstream/bloodraven/internal/readonly"
 	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/store/leasestore"
 	mysqldriver "github.com/shipstream/bloodraven/topology/mysql"
@@ -84,7 +84,7 @@ func startPairs(t *testing.T, n int) []pair {
 func rootDSN(s *mariadblocal.Server) string {
 	cfg := mysql.NewConfig()
 	cfg.User, cfg.Net, cfg.Addr = "root", "unix", s.Socket()
-	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = e2etest.ReadOnlyQueryBound, time.Second, time.Second
+	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = readonly.QueryBound, time.Second, time.Second
 	return cfg.FormatDSN()
 }
 
@@ -227,9 +227,9 @@ func TestASiteLostUnderEightGroupsPromotesEachOnceAndFencesEveryReturn(t *testin
 	const n = 8
 	fl := startFleet(t, n, 5)
 	ns, names, pairs := fl.ns, fl.names, fl.pairs
-	samplers := make([]*e2etest.ReadOnlySampler, n)
+	samplers := make([]*readonly.Sampler, n)
 	for i, p := range pairs {
-		samplers[i] = e2etest.StartReadOnlySampler(t, map[string]string{"iad": rootDSN(p.iad), "pdx": rootDSN(p.pdx)})
+		samplers[i] = readonly.Start(t, map[string]string{"iad": rootDSN(p.iad), "pdx": rootDSN(p.pdx)})
 	}
 	lost, ds := fl.loseIad()
 	t.Logf("8 groups, iad paused: promotions %.1f s (first) to %.1f s (last) after the fault (budget 5 s)", ds[0].Seconds(), ds[len(ds)-1].Seconds())

@@ -75,4 +75,9 @@
 // time and a TTL is not an exactly-once guarantee; the DDL marker is read
 // after COMMAND has stopped, so a marker written at the last moment counts
 // as "after the boundary", the cautious side.
+//
+// run.go's tests against a real operator (a real API server, TokenReviews
+// and the deployment API) are in e2e/clienttest/cli: this module imports
+// only the standard library and cobra, so they cannot live here. The tests
+// here use a fake API over TLS and real child processes.
 package deploycmd

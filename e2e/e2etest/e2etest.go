@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/go-sql-driver/mysql"
 	"io"
 	"net/http"
 	"os"
@@ -16,9 +17,9 @@ import (
 	"time"
 
 	"github.com/shipstream/bloodraven/internal/devenv"
+	"github.com/shipstream/bloodraven/internal/readonly"
 	"github.com/shipstream/bloodraven/internal/testenv"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
@@ -89,16 +90,8 @@ func UnstructuredLines(path string) []string {
 	return bad
 }
 
-// WaitFor polls cond every 100 ms and fails the test after timeout.
-func WaitFor(t *testing.T, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		return cond(), nil
-	})
-	if err != nil {
-		t.Fatalf("condition not met within %v", timeout)
-	}
-}
+// WaitFor is testenv.WaitFor.
+var WaitFor = testenv.WaitFor
 
 // BuildOperator builds the operator binary from the checkout at root into
 // a temporary directory.
@@ -183,4 +176,17 @@ func Objects(t *testing.T, r io.Reader) []*unstructured.Unstructured {
 			out = append(out, u)
 		}
 	}
+}
+
+// SitesDSN is the root DSN over the unix socket of each of the playground's
+// sites: no proxy or port in between.
+func SitesDSN(p *devenv.Playground) map[string]string {
+	out := map[string]string{}
+	for _, s := range p.Sites {
+		cfg := mysql.NewConfig()
+		cfg.User, cfg.Net, cfg.Addr = "root", "unix", s.Socket()
+		cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = readonly.QueryBound, time.Second, time.Second
+		out[s.Name] = cfg.FormatDSN()
+	}
+	return out
 }

@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -309,4 +310,15 @@ func (e *Env) User(t testing.TB, name string, groups ...string) (client.Client, 
 		t.Fatalf("client for %s: %v", name, err)
 	}
 	return c, cfg
+}
+
+// WaitFor polls cond every 100 ms and fails the test after timeout.
+func WaitFor(t *testing.T, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("condition not met within %v", timeout)
+	}
 }

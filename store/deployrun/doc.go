@@ -24,4 +24,8 @@
 // server refusing) is recorded with outcome and leaseEnd "unknown". A
 // DeployRun is history for people, not authority: deleting one (only the
 // operator may) changes no decision.
+//
+// Its tests live with its two writers (controllers and deployapi: the
+// deployrun_test.go files there), because what they hold is when each
+// writer syncs, against a real API server.
 package deployrun

@@ -17,4 +17,8 @@
 //
 // It does not open the gate: the database controller does, on the
 // schema-verified annotation (policy.OpenGate).
+//
+// Its tests live with its writers and reader (controllers' and deployapi's
+// gate_test.go, e2e's gate_test.go): what they hold is who closes the gate
+// when, and that a grant reads it fresh, against a real API server.
 package gate

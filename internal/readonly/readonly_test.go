@@ -1,24 +1,19 @@
-package e2etest
+package readonly
 
 import (
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
-
-	"github.com/shipstream/bloodraven/internal/devenv"
-	"github.com/shipstream/bloodraven/internal/mariadblocal"
 )
 
 // sampled builds a sampler over hand-made samples, one per 100 ms from t0:
 // each string gives iad then pdx as W (writable), R (read-only) or ? (no
 // answer).
-func sampled(t0 time.Time, rows ...string) *ReadOnlySampler {
-	r := &ReadOnlySampler{}
+func sampled(t0 time.Time, rows ...string) *Sampler {
+	r := &Sampler{}
 	for i, row := range rows {
-		s := Sample{At: t0.Add(time.Duration(i) * ReadOnlyInterval), Writable: map[string]*bool{}}
+		s := Sample{At: t0.Add(time.Duration(i) * Interval), Writable: map[string]*bool{}}
 		for j, site := range []string{"iad", "pdx"} {
 			switch row[j] {
 			case 'W':
@@ -36,7 +31,7 @@ func sampled(t0 time.Time, rows ...string) *ReadOnlySampler {
 
 func TestReadOnlySamplerQueries(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	at := func(i int) time.Time { return t0.Add(time.Duration(i) * ReadOnlyInterval) }
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * Interval) }
 	// iad is the primary, dies at 2, pdx is promoted at 4, iad returns
 	// writable at 6 and is fenced at 8; 7 is a split brain.
 	r := sampled(t0, "WR", "WR", "?R", "?R", "?W", "?W", "WW", "WW", "RW", "RW")
@@ -84,7 +79,7 @@ func TestReadOnlySamplerQueries(t *testing.T) {
 		want  time.Duration
 		ok    bool
 	}{
-		"iad fenced two samples after its return": {site: "iad", after: at(3), want: 2 * ReadOnlyInterval, ok: true},
+		"iad fenced two samples after its return": {site: "iad", after: at(3), want: 2 * Interval, ok: true},
 		"pdx never fenced after its promotion":    {site: "pdx", after: at(4)},
 		"a site that came back read-only":         {site: "iad", after: at(8), want: 0, ok: true},
 		"after the last sample":                   {site: "iad", after: at(10)},
@@ -110,25 +105,6 @@ func TestReadOnlyTimelineShowsChangesAndMarks(t *testing.T) {
 	for i, w := range want {
 		if !strings.Contains(lines[i], w) {
 			t.Errorf("line %d %q, want it to contain %q", i, lines[i], w)
-		}
-	}
-}
-
-// The sampler reads the servers themselves, never through what a test puts
-// in front of their ports.
-func TestReadOnlySitesDSNUsesTheServersSockets(t *testing.T) {
-	p := &devenv.Playground{Sites: []*mariadblocal.Server{{Name: "iad", Dir: "/state/iad", Port: 1}, {Name: "pdx", Dir: "/state/pdx", Port: 2}}}
-	dsns := SitesDSN(p)
-	if len(dsns) != 2 {
-		t.Fatalf("DSNs %v, want iad and pdx", dsns)
-	}
-	for _, s := range p.Sites {
-		cfg, err := mysql.ParseDSN(dsns[s.Name])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cfg.Net != "unix" || cfg.Addr != s.Socket() || cfg.Timeout != ReadOnlyQueryBound {
-			t.Errorf("%s: net %s, addr %s, timeout %v; want unix, %s, %v", s.Name, cfg.Net, cfg.Addr, cfg.Timeout, s.Socket(), ReadOnlyQueryBound)
 		}
 	}
 }

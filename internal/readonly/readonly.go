@@ -1,4 +1,4 @@
-package e2etest
+package readonly
 
 import (
 	"context"
@@ -10,39 +10,35 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
-
-	"github.com/shipstream/bloodraven/internal/devenv"
 )
 
-// Timing of a ReadOnlySampler.
+// Timing of a Sampler.
 const (
-	// ReadOnlyInterval is the time between two samples' starts (a tick
+	// Interval is the time between two samples' starts (a tick
 	// whose queries take longer delays the next one), unless
-	// StartReadOnlySamplerEvery sets another.
-	ReadOnlyInterval = 100 * time.Millisecond
-	// ReadOnlyQueryBound bounds each site's query (connect included): a
+	// StartEvery sets another.
+	Interval = 100 * time.Millisecond
+	// QueryBound bounds each site's query (connect included): a
 	// paused or unreachable site is unknown in that sample.
-	ReadOnlyQueryBound = 300 * time.Millisecond
+	QueryBound = 300 * time.Millisecond
 )
 
-// Sample is one tick of a ReadOnlySampler.
+// Sample is one tick of a Sampler.
 type Sample struct {
 	// At is when the tick's last answer arrived, or its bound expired:
 	// every answer was read by then, from a query sent at most
-	// ReadOnlyQueryBound earlier (a paused site that resumes within the
+	// QueryBound earlier (a paused site that resumes within the
 	// bound answers in the sample that asked before it resumed).
 	At time.Time
 	// Writable holds, per site, whether it answered read_only=0 (true) or
-	// 1 (false); nil when it did not answer within ReadOnlyQueryBound.
+	// 1 (false); nil when it did not answer within QueryBound.
 	Writable map[string]*bool
 }
 
-// ReadOnlySampler samples SELECT @@global.read_only on every site every
-// ReadOnlyInterval, straight on the servers, and keeps every sample and
+// Sampler samples SELECT @@global.read_only on every site every
+// Interval, straight on the servers, and keeps every sample and
 // every mark. It is an observer: it never changes a site.
-type ReadOnlySampler struct {
+type Sampler struct {
 	dbs      map[string]*sql.DB
 	interval time.Duration
 	stop     chan struct{}
@@ -59,20 +55,20 @@ type mark struct {
 	at   time.Time
 }
 
-// StartReadOnlySampler starts sampling sites (name to go-sql-driver DSN);
+// Start starts sampling sites (name to go-sql-driver DSN);
 // the first sample is taken before it returns. It stops when the test ends,
 // and then logs the timeline if the test failed.
-func StartReadOnlySampler(t *testing.T, sites map[string]string) *ReadOnlySampler {
+func Start(t *testing.T, sites map[string]string) *Sampler {
 	t.Helper()
-	return StartReadOnlySamplerEvery(t, sites, ReadOnlyInterval)
+	return StartEvery(t, sites, Interval)
 }
 
-// StartReadOnlySamplerEvery is StartReadOnlySampler with the given interval
-// between two samples' starts (ReadOnlyInterval by default): a test that
+// StartEvery is Start with the given interval
+// between two samples' starts (Interval by default): a test that
 // hunts for a short overlap of two writable sites samples more often.
-func StartReadOnlySamplerEvery(t *testing.T, sites map[string]string, interval time.Duration) *ReadOnlySampler {
+func StartEvery(t *testing.T, sites map[string]string, interval time.Duration) *Sampler {
 	t.Helper()
-	r := &ReadOnlySampler{dbs: map[string]*sql.DB{}, interval: interval, stop: make(chan struct{}), done: make(chan struct{})}
+	r := &Sampler{dbs: map[string]*sql.DB{}, interval: interval, stop: make(chan struct{}), done: make(chan struct{})}
 	for name, dsn := range sites {
 		db, err := sql.Open("mysql", dsn)
 		if err != nil {
@@ -92,21 +88,8 @@ func StartReadOnlySamplerEvery(t *testing.T, sites map[string]string, interval t
 	return r
 }
 
-// SitesDSN is the root DSN over the unix socket of each of the playground's
-// sites: no proxy or port in between.
-func SitesDSN(p *devenv.Playground) map[string]string {
-	out := map[string]string{}
-	for _, s := range p.Sites {
-		cfg := mysql.NewConfig()
-		cfg.User, cfg.Net, cfg.Addr = "root", "unix", s.Socket()
-		cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = ReadOnlyQueryBound, time.Second, time.Second
-		out[s.Name] = cfg.FormatDSN()
-	}
-	return out
-}
-
 // Stop stops sampling and waits for the last tick; it is idempotent.
-func (r *ReadOnlySampler) Stop() {
+func (r *Sampler) Stop() {
 	r.once.Do(func() {
 		close(r.stop)
 		<-r.done
@@ -116,7 +99,7 @@ func (r *ReadOnlySampler) Stop() {
 	})
 }
 
-func (r *ReadOnlySampler) run() {
+func (r *Sampler) run() {
 	defer close(r.done)
 	tk := time.NewTicker(r.interval)
 	defer tk.Stop()
@@ -130,14 +113,14 @@ func (r *ReadOnlySampler) run() {
 	}
 }
 
-// tick queries every site at once, each within ReadOnlyQueryBound.
-func (r *ReadOnlySampler) tick() {
+// tick queries every site at once, each within QueryBound.
+func (r *Sampler) tick() {
 	s := Sample{Writable: map[string]*bool{}}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for name, db := range r.dbs {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), ReadOnlyQueryBound)
+			ctx, cancel := context.WithTimeout(context.Background(), QueryBound)
 			defer cancel()
 			var readOnly int64 // as the topology driver reads it
 			if err := db.QueryRowContext(ctx, "SELECT @@global.read_only").Scan(&readOnly); err != nil {
@@ -162,7 +145,7 @@ func (r *ReadOnlySampler) tick() {
 }
 
 // Mark records the named instant (shown in the timeline) and returns it.
-func (r *ReadOnlySampler) Mark(name string) time.Time {
+func (r *Sampler) Mark(name string) time.Time {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -171,7 +154,7 @@ func (r *ReadOnlySampler) Mark(name string) time.Time {
 }
 
 // Marked is the instant of the latest mark of that name.
-func (r *ReadOnlySampler) Marked(name string) (time.Time, bool) {
+func (r *Sampler) Marked(name string) (time.Time, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := len(r.marks) - 1; i >= 0; i-- {
@@ -183,7 +166,7 @@ func (r *ReadOnlySampler) Marked(name string) (time.Time, bool) {
 }
 
 // Samples is a copy of the samples so far, oldest first.
-func (r *ReadOnlySampler) Samples() []Sample {
+func (r *Sampler) Samples() []Sample {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.samples)
@@ -193,7 +176,7 @@ func (r *ReadOnlySampler) Samples() []Sample {
 // latest) in which two or more sites answered read_only=0: a split brain the
 // sampler saw. Its resolution is its interval; a shorter overlap may fall
 // between two samples.
-func (r *ReadOnlySampler) TwoWritable(from, to time.Time) []Sample {
+func (r *Sampler) TwoWritable(from, to time.Time) []Sample {
 	var out []Sample
 	for _, s := range r.Samples() {
 		if s.At.Before(from) || (!to.IsZero() && s.At.After(to)) {
@@ -214,19 +197,19 @@ func (r *ReadOnlySampler) TwoWritable(from, to time.Time) []Sample {
 
 // FirstReadOnly is the time of the first sample at or after after in which
 // site answered read_only=1.
-func (r *ReadOnlySampler) FirstReadOnly(site string, after time.Time) (time.Time, bool) {
+func (r *Sampler) FirstReadOnly(site string, after time.Time) (time.Time, bool) {
 	return r.first(site, after, func(w *bool) bool { return w != nil && !*w })
 }
 
 // FirstKnown is the time of the first sample at or after after in which
 // site answered at all.
-func (r *ReadOnlySampler) FirstKnown(site string, after time.Time) (time.Time, bool) {
+func (r *Sampler) FirstKnown(site string, after time.Time) (time.Time, bool) {
 	return r.first(site, after, func(w *bool) bool { return w != nil })
 }
 
 // FirstUnknown is the time of the first sample at or after after in which
 // site did not answer.
-func (r *ReadOnlySampler) FirstUnknown(site string, after time.Time) (time.Time, bool) {
+func (r *Sampler) FirstUnknown(site string, after time.Time) (time.Time, bool) {
 	return r.first(site, after, func(w *bool) bool { return w == nil })
 }
 
@@ -236,7 +219,7 @@ func (r *ReadOnlySampler) FirstUnknown(site string, after time.Time) (time.Time,
 // read_only=1. It is 0 if the site came back read-only; false if it did not
 // answer, or was never seen read-only, after after. Resolution: the
 // sampler's interval.
-func (r *ReadOnlySampler) FenceLatency(site string, after time.Time) (time.Duration, bool) {
+func (r *Sampler) FenceLatency(site string, after time.Time) (time.Duration, bool) {
 	back, ok := r.FirstKnown(site, after)
 	if !ok {
 		return 0, false
@@ -248,7 +231,7 @@ func (r *ReadOnlySampler) FenceLatency(site string, after time.Time) (time.Durat
 	return fenced.Sub(back), true
 }
 
-func (r *ReadOnlySampler) first(site string, after time.Time, match func(*bool) bool) (time.Time, bool) {
+func (r *Sampler) first(site string, after time.Time, match func(*bool) bool) (time.Time, bool) {
 	for _, s := range r.Samples() {
 		if w, ok := s.Writable[site]; ok && !s.At.Before(after) && match(w) {
 			return s.At, true
@@ -259,7 +242,7 @@ func (r *ReadOnlySampler) first(site string, after time.Time, match func(*bool) 
 
 // Timeline lists the marks and every sample whose answers differ from the
 // previous sample's, one line each, times relative to the first sample.
-func (r *ReadOnlySampler) Timeline() string {
+func (r *Sampler) Timeline() string {
 	r.mu.Lock()
 	samples, marks := slices.Clone(r.samples), slices.Clone(r.marks)
 	r.mu.Unlock()
