@@ -60,6 +60,27 @@ func readDoc(t *testing.T, name string) string {
 	return string(b)
 }
 
+// declToken is pkg.Name in a code span: a package of this module and a
+// declaration in it (a method's type is checked, not the method).
+var declToken = regexp.MustCompile(`(?:^|[\s(])([a-z][a-z0-9]*)\.([A-Za-z_][A-Za-z0-9_]*)\b(?:[^./\w-]|\.[A-Z]|$)`)
+
+// packageDirs maps each package name of the module to its directories.
+func packageDirs(t *testing.T) map[string][]string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", "{{.Name}} {{.Dir}}", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dirs := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		name, dir, _ := strings.Cut(line, " ")
+		if name != "main" {
+			dirs[name] = append(dirs[name], dir)
+		}
+	}
+	return dirs
+}
+
 var (
 	codeSpan  = regexp.MustCompile("`([^`\n]+)`")
 	pathToken = regexp.MustCompile(`(?:^|[\s(])([a-z][\w.-]*/[\w./-]*[\w/])`)
@@ -165,6 +186,7 @@ func TestTheDocsNameOnlyWhatExists(t *testing.T) {
 	}
 	src := literals.String()
 	values := chartValues(t)
+	pkgDirs := packageDirs(t)
 	for _, doc := range docFiles(t) {
 		if doc == "CHANGELOG.md" {
 			continue // history names what was
@@ -180,6 +202,15 @@ func TestTheDocsNameOnlyWhatExists(t *testing.T) {
 				}
 				if !pathExists(doc, p) {
 					t.Errorf("%s names %s, which does not exist", doc, p)
+				}
+			}
+			for _, m := range declToken.FindAllStringSubmatch(code, -1) {
+				dirs, ok := pkgDirs[m[1]]
+				if _, chart := values[m[1]]; !ok || chart || m[1] == "bloodraven" {
+					continue // a chart value's path; bloodraven.*: the fence's SQL schema
+				}
+				if !slices.ContainsFunc(dirs, func(d string) bool { return declared(d, m[2]) }) {
+					t.Errorf("%s names %s.%s, which package %s does not declare", doc, m[1], m[2], m[1])
 				}
 			}
 			if goFile.MatchString(code) && !goFiles[code] {
