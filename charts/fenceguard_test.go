@@ -13,8 +13,8 @@ import (
 	"github.com/shipstream/bloodraven/webhook"
 )
 
-// The operator's own writes never wait on its own webhooks (docs/design.md,
-// "Resolved (edges)"): every webhook the chart renders (each one generated
+// The operator's own writes never wait on its own webhooks (docs/fence.md,
+// "Invariants"): every webhook the chart renders (each one generated
 // from the markers) skips the release's operator with package webhook's
 // match condition, and the fence guard, which holds the operator's fence
 // moves instead, is package webhook's object for object, in both modes and

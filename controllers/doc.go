@@ -3,7 +3,7 @@
 // safety paths, runs the planned operations behind the admission gate, and
 // keeps the stored deployment leases in line with their effect.
 //
-// Each reconcile runs four steps in a fixed order (docs/design.md, "The
+// Each reconcile runs four steps in a fixed order (docs/leases.md, "The
 // reconcile"):
 //
 //  1. safety paths (topology.go): probe, policy.DecideTopology, act. They
@@ -27,7 +27,7 @@
 // lost or moving, or that the prober (package topology/prober) woke, goes
 // ahead of every routine reconcile. The reconcile's one probe is the
 // prober's; an emergency promotion does not dial a site it just found dead
-// (docs/design.md, "Fleet").
+// (docs/failover.md, "Fleet").
 //
 // Every authoritative change of active site goes through promote: mark
 // status.transition, act on the data plane, then write activeSite,

@@ -126,7 +126,7 @@ func TestTheGateClosesWhenAMigrationEndsPastItsDDLBoundaryAndOpensOnTheAnnotatio
 	}
 }
 
-// Issue 35, item 4 (docs/design.md "verification covers one tenure"): op-x's
+// Issue 35, item 4 (docs/gate.md "verification covers one tenure"): op-x's
 // runner dies past its DDL boundary (the lease expires: gated), a person
 // verifies op-x, op-x is re-run under the same id, reports ddl and dies
 // again. The gate closes again for the re-run, and a new operation is

@@ -20,7 +20,7 @@ import (
 	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
-// Issue 35, item 5 (docs/design.md "only authority live at the move is fenced by
+// Issue 35, item 5 (docs/leases.md "only authority live at the move is fenced by
 // it"): a migration grant reads the group at generation 1, a planned
 // failover completes (generation 2), the grant's Lease write lands, and the
 // controller's bookkeeping runs before the grant reads the group again. At

@@ -54,7 +54,7 @@ const (
 	waitRetry = 5 * time.Second
 	// DefaultWorkers is how many groups are reconciled at once. A worker
 	// spends most of a reconcile waiting (the API server, the data plane),
-	// so it is sized by measurement, not by cores: see docs/design.md,
+	// so it is sized by measurement, not by cores: see docs/failover.md,
 	// "Fleet".
 	DefaultWorkers = 64
 	// PriorityUrgent is the queue priority of a group whose primary is lost,

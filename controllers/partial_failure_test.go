@@ -329,7 +329,7 @@ func TestARegrantedMutexKeepsItsHold(t *testing.T) {
 	}
 }
 
-// History is bounded (docs/design.md, "Deployment leases"): an ended failover-hold is deleted once
+// History is bounded (docs/leases.md, "Deployment leases"): an ended failover-hold is deleted once
 // its ttl has passed after its expiry (policy.HoldForgotten), and its renewal answers 404 before and after; one that
 // ended within its ttl is kept. Deploy cycles leave the mutex and nothing
 // else.

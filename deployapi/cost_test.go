@@ -72,7 +72,7 @@ func (f *fixture) countingServer(t testing.TB, log *requestLog) *Server {
 	return s
 }
 
-// docs/design.md's cost budget: a steady renewal costs one uncached read for
+// docs/leases.md's cost budget: a steady renewal costs one uncached read for
 // authorization (a GET of the database by name, never a LIST), the fence read and one Lease write with the cached
 // resourceVersion — the TokenReview is amortized by the cache, and there is
 // no GET of the Lease before the write.

@@ -194,7 +194,7 @@ func TestOneOperationMigratingTwoInstancesLeavesTwoRuns(t *testing.T) {
 	}
 }
 
-// Issue 35, item 4 (docs/design.md "a new tenure never rewrites an earlier
+// Issue 35, item 4 (docs/gate.md "a new tenure never rewrites an earlier
 // DeployRun's recorded outcome"): op-1 fails and reports it; the pipeline
 // re-runs op-1 under the same id. The re-run is a new tenure with a run of
 // its own, and the first run keeps "failed". At e3e472e both tenures shared

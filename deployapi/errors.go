@@ -103,7 +103,7 @@ func errDeferralBudgetExhausted() *apiError {
 }
 
 // errVerificationRequired answers a migration grant for an instance whose
-// last run lost authority past its DDL boundary (docs/design.md): op is that
+// last run lost authority past its DDL boundary (docs/gate.md): op is that
 // operation, generation the topology generation it was granted under.
 func errVerificationRequired(op string, generation int64) *apiError {
 	return &apiError{status: http.StatusConflict, code: codeVerification,

@@ -40,10 +40,10 @@ const (
 	CodeNotLeader        = wire.CodeNotLeader
 	CodeUnavailable      = wire.CodeUnavailable
 	// CodeVerificationRequired: a migration grant for an instance whose last
-	// run lost authority past its DDL boundary (docs/design.md).
+	// run lost authority past its DDL boundary (docs/gate.md).
 	CodeVerificationRequired = wire.CodeVerificationRequired
 	// CodeDeferralBudgetExhausted: a failover-hold grant while a planned
-	// operation's deferral budget is spent and it has not run (docs/design.md):
+	// operation's deferral budget is spent and it has not run (docs/failover.md):
 	// not acquired now (exit 3); retry after the operation ran.
 	CodeDeferralBudgetExhausted = wire.CodeDeferralBudgetExhausted
 	CodeMethodNotAllowed        = wire.CodeMethodNotAllowed
@@ -383,7 +383,7 @@ func (c *Client) Release(ctx context.Context, group, kind, operationID, token st
 }
 
 // Outcomes a release of the migration lease may report (X-Deploy-Outcome,
-// docs/design.md); the operator records the report in the operation's DeployRun.
+// docs/gate.md); the operator records the report in the operation's DeployRun.
 const (
 	OutcomeSucceeded     = "succeeded"
 	OutcomeFailed        = "failed"

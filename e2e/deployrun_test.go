@@ -117,7 +117,7 @@ func TestEmergencyFailoverDuringDeployRun(t *testing.T) {
 	// The DeployRuns list the granted runs with their outcomes: the first
 	// lost after its DDL, revoked by the move from generation 1 to 2; the
 	// third succeeded at 2. The second was refused before any grant and
-	// left none (docs/design.md: only granted operations leave one).
+	// left none (docs/gate.md: only granted operations leave one).
 	o1, o3 := outcomeOf(t, run), outcomeOf(t, run3)
 	want := map[string]runWant{
 		o1.OperationID: {outcome: "lost-after-ddl", phase: "ddl", leaseEnd: "revoked", reason: "topology_changed", granted: 1, revokedAt: 2},

@@ -29,7 +29,7 @@ import (
 // milliseconds.
 const deposedSampleInterval = 10 * time.Millisecond
 
-// A deposed leader never opens a site (docs/design.md, "Resolved (edges)":
+// A deposed leader never opens a site (docs/fence.md, "Invariants":
 // a deposed leader never acts on the data plane), end to end with two
 // operator processes. A planned failover iad→pdx is slowed (iad's fault
 // proxy delays promotionDelay) and the leading operator is paused (SIGSTOP)

@@ -9,7 +9,7 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-// The sequential model of the migration mutex, as docs/api.md and docs/design.md state
+// The sequential model of the migration mutex, as docs/api.md and docs/leases.md state
 // it, for one group and leases that do not expire within a history (ttl
 // 120 s): one holder at a time; a grant to the holder's own operation
 // re-grants and rotates the token; only the current token renews or
@@ -21,7 +21,7 @@ import (
 // A grant answered 423 unstable holds nothing after its answer, but its
 // record may have been seen during its window: a grant that read the group
 // before a move writes its record, other grants may answer 409 held naming
-// it, and its own confirming read withdraws it (docs/design.md, "Only
+// it, and its own confirming read withdraws it (docs/leases.md, "Only
 // authority live at the move is fenced by it": its token was never handed
 // out, so it held no authority, and the move does not revoke it). The
 // recorder puts such a grant in the history as two operations over its

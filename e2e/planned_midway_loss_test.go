@@ -32,7 +32,7 @@ import (
 const promotionDelay = 150 * time.Millisecond
 
 // A planned failover iad→pdx whose old primary hangs after the transition
-// was written (docs/design.md, "Resolved (edges)": a planned operation
+// was written (docs/failover.md, "Invariants": a planned operation
 // never waits inside a persisted transition), on real MariaDB: iad's
 // operator connections are slowed (promotionDelay) so that the planned
 // promotion is still running when its transition is seen persisted; iad's

@@ -15,8 +15,8 @@ import (
 	"github.com/shipstream/bloodraven/internal/readonly"
 )
 
-// The operator's own writes never wait on its own webhooks (docs/design.md,
-// "Resolved (edges)"), end to end: the API server calls the playground's
+// The operator's own writes never wait on its own webhooks (docs/fence.md,
+// "Invariants"), end to end: the API server calls the playground's
 // webhooks through a fault proxy, which is black-holed (connections
 // accepted, never answered) as a replica lost with its node is while it
 // stays in the webhooks' Service. A person's status edit then fails closed;

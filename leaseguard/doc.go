@@ -1,5 +1,5 @@
 // Package leaseguard builds the ValidatingAdmissionPolicy (and its binding)
-// that makes deployment Leases the operator's alone (docs/design.md, "Lease
+// that makes deployment Leases the operator's alone (docs/leases.md, "Lease
 // objects are the operator's alone"). The Helm chart renders the same policy
 // (charts/bloodraven/templates/leaseguard.yaml, from the constant part that
 // hack/leaseguard writes to charts/bloodraven/files/lease-guard.yaml) and the

@@ -3,7 +3,7 @@ package leases
 import "time"
 
 // Phase is how far a migration operation's command got, as its renewals
-// report it (docs/design.md, "Verification gate"): before its DDL, inside it
+// report it (docs/leases.md, "Verification gate"): before its DDL, inside it
 // (the command started, or may have started, a schema change), or done
 // (the command ended and succeeded; sent by the confirming renewal).
 type Phase string
@@ -52,7 +52,7 @@ func (p Phase) Effective() Phase {
 // ended (released, revoked, recorded expired, or past its expiry) after it
 // reported its DDL boundary and before it confirmed its end: its schema
 // change may be half-applied, and its instance must be verified by a person
-// before the next migration (docs/design.md, "Verification gate").
+// before the next migration (docs/leases.md, "Verification gate").
 func (r *Record) UnconfirmedDDL(now time.Time) bool {
 	return r != nil && r.Kind == KindMigration && r.Phase.Effective() == PhaseDDL && !r.Live(now)
 }

@@ -45,7 +45,7 @@ const (
 	ReasonOperatorRevoked = "operator_revoked"
 	// ReasonDeferralBudgetExhausted ends a failover-hold (its record only,
 	// no tombstone: the operation keeps its migration mutex) when a planned
-	// operation's deferral budget is spent (docs/design.md).
+	// operation's deferral budget is spent (docs/failover.md).
 	ReasonDeferralBudgetExhausted = "deferral_budget_exhausted"
 )
 

@@ -67,7 +67,7 @@ const ConfirmWindow = 10 * time.Second
 // by a grant that read the group before a move and landed after it: it never
 // held authority, and its request withdraws it (deletes it, 423) once it
 // reads the group again, so that its retry is granted at the new generation
-// (docs/design.md "only authority live at the move is fenced by it"). Whoever
+// (docs/leases.md "only authority live at the move is fenced by it"). Whoever
 // else would fence it on sight (the bookkeeping, another operation's grant)
 // waits until the window ends instead; by then a withdrawn grant is gone,
 // and a confirmed one is fenced as usual. Its own token never waits: a

@@ -8,7 +8,7 @@
 // it, and the fence (status.topologyGeneration with resourceVersion
 // preconditions in the API server) is what makes a stale decision harmless.
 //
-// The deferral budget (spec.maxDeferralSeconds; docs/design.md, "Planned
+// The deferral budget (spec.maxDeferralSeconds; docs/failover.md, "Planned
 // operations and the hold") is decided here too: DecideDeferralBudget (when
 // it warns and when it is spent, from a request's first deferral), Admit's
 // BudgetSpent (live holds no longer defer; they are returned to be revoked)

@@ -11,7 +11,7 @@ import (
 	"github.com/shipstream/bloodraven/leases"
 )
 
-// The schema-verification gate (docs/design.md): a migration that ended after
+// The schema-verification gate (docs/gate.md): a migration that ended after
 // its DDL boundary, without confirming its end, closes its database's gate;
 // a person opens it with the schema-verified annotation. These are the pure
 // decisions on a MysqlDatabase's status; the deployment API and the
@@ -30,7 +30,7 @@ const (
 // GateRecorded tells whether a database's status already accounts for the
 // unconfirmed DDL of rec's tenure: some operation is pending verification
 // (the gate is closed), or rec's tenure is the one a person last verified.
-// Verification covers one tenure (docs/design.md): a re-run of a verified
+// Verification covers one tenure (docs/gate.md): a re-run of a verified
 // operation id is a new tenure (a new grant), which it does not cover. A
 // status written before tenures were recorded (no
 // LastVerifiedTenureStart) covers the operation id's record as it stands.

@@ -13,7 +13,7 @@ type LeaderLeaseView struct {
 	LeaseDuration time.Duration
 }
 
-// Leading decides whether identity still leads at now (docs/design.md "a
+// Leading decides whether identity still leads at now (docs/failover.md "a
 // deposed leader never acts on the data plane"): it holds the Lease and
 // the Lease's last renewal is within its duration. left is how long that
 // stays certain: no other replica may take the Lease before RenewTime +

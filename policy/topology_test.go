@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// A planned operation never waits inside a persisted transition (docs/design.md,
-// "Resolved (edges)"): a planned transition that cannot fence another site
+// A planned operation never waits inside a persisted transition (docs/failover.md,
+// "Invariants"): a planned transition that cannot fence another site
 // (the probe finds it unreachable) is rolled back at once, its target fenced
 // first, and its operation readmitted; the emergency path decides from then
 // on. An emergency or bootstrap transition keeps waiting, retrying and, for

@@ -92,7 +92,7 @@ func TestFenceGuardThroughTheAPIServer(t *testing.T) {
 	}
 }
 
-// The status is the operator's alone (docs/design.md): an administrator's
+// The status is the operator's alone (docs/fence.md): an administrator's
 // `kubectl patch --subresource=status` of any field is refused, naming the
 // field and what to do instead, and leaves the object as it was; the
 // operator's identity writes the same patch; a patch that changes nothing is

@@ -46,8 +46,8 @@ func blackHole(t *testing.T) {
 	})
 }
 
-// The operator's own writes never wait on its own webhooks (docs/design.md,
-// "Resolved (edges)"). With the webhooks' endpoint black-holed, every kind
+// The operator's own writes never wait on its own webhooks (docs/fence.md,
+// "Invariants"). With the webhooks' endpoint black-holed, every kind
 // of write the operator makes — its group's status (bootstrap, a
 // transition, a promotion), bookkeeping on the group's metadata, a
 // database's status, DeployRuns created, written and pruned — succeeds at

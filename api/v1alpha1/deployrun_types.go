@@ -13,7 +13,7 @@ type DeployRunOutcome string
 const (
 	// DeployRunRunning: the operation still holds the mutex.
 	DeployRunRunning DeployRunOutcome = "running"
-	// Reported by the client on release (docs/design.md).
+	// Reported by the client on release (docs/gate.md).
 	DeployRunSucceeded     DeployRunOutcome = "succeeded"
 	DeployRunFailed        DeployRunOutcome = "failed"
 	DeployRunLostBeforeDDL DeployRunOutcome = "lost-before-ddl"

@@ -22,7 +22,7 @@ import (
 const leaseGuardInterval = time.Minute
 
 // leaseGuardCheck reports whether the ValidatingAdmissionPolicy that keeps
-// deployment Leases the operator's alone (docs/design.md) is installed and bound
+// deployment Leases the operator's alone (docs/leases.md) is installed and bound
 // to deny: at start (a warning when it is not) and every minute after,
 // through the gauge bloodraven_lease_guard_policy_present. Without it, the
 // record MAC is the only defence: forged records hold nothing, but anyone

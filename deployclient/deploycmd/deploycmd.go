@@ -181,7 +181,7 @@ func (c *connFlags) client() (*deployclient.Client, error) {
 // exits 0 only once the operator answered 200 to that renewal at the grant's
 // generation, so the operator's record of the operation says ddl before the
 // first schema change. The verification gate acts on that record
-// (docs/design.md, "The verification gate").
+// (docs/leases.md, "The verification gate").
 func markDDLCommand(stderr io.Writer, getenv func(string) string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "mark-ddl",

@@ -1,5 +1,5 @@
 // Package deployrun writes DeployRun objects: the history of granted
-// migration operations (docs/design.md, "Run history"; docs/design.md, "Run
+// migration operations (docs/gate.md, "Run history"; docs/gate.md, "Run
 // history").
 //
 // A DeployRun is a projection of its operation's migration lease record

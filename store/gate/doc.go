@@ -1,5 +1,5 @@
 // Package gate writes the schema-verification gate of a MysqlDatabase
-// (docs/design.md, "Verification gate"; docs/design.md, "The verification
+// (docs/leases.md, "Verification gate"; docs/leases.md, "The verification
 // gate"): Close records that a migration operation ended after its DDL
 // boundary without confirming its end, and Read reports what a migration
 // grant must know of it.

@@ -33,7 +33,7 @@ const RecordKeySecretKey = "key"
 // macDomain separates this MAC from any other use of the key.
 const macDomain = "bloodraven.shipstream.io/lease-record/v1"
 
-// RecordKey authenticates deployment lease records (docs/design.md, "Lease
+// RecordKey authenticates deployment lease records (docs/leases.md, "Lease
 // objects are the operator's alone"). Every record the operator writes
 // carries a MAC over the Lease's namespace, name and record, so a record
 // copied to another Lease, or written by anyone without the key, does not

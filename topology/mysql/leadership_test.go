@@ -10,7 +10,7 @@ import (
 	"github.com/shipstream/bloodraven/topology"
 )
 
-// Issue 35, item 6 (docs/design.md "a deposed leader never acts on the data
+// Issue 35, item 6 (docs/failover.md "a deposed leader never acts on the data
 // plane"): a leader paused inside a planned promotion (in a dial, in
 // FenceOthers' GTID wait, a VM pause, a long GC) resumes after a successor
 // has moved the group. It confirms it still leads before it fences a site
