@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -129,6 +130,20 @@ func TestARolledBackTransitionDoesNotBlockReassertion(t *testing.T) {
 	}
 	if err := s.driver.UndoTransition(ctx, s.group, 2, "pdx", 1, "iad"); err != nil {
 		t.Fatal(err)
+	}
+	// iad received the transition's row from pdx by replication, and the
+	// undo of pdx's row the same way; the reassertion stops iad's
+	// replication. Reassert once iad applied all pdx wrote: under load
+	// (CI at 46f2093) iad applied the transition's row after its own undo,
+	// and the reassertion then met it. That gap is the driver's, noted in
+	// docs/failover.md ("Transitions"); this test shows the settled case.
+	var pos string
+	if err := open(t, s.pdx).QueryRow("SELECT @@global.gtid_binlog_pos").Scan(&pos); err != nil {
+		t.Fatal(err)
+	}
+	var waited sql.NullInt64
+	if err := open(t, s.iad).QueryRow("SELECT MASTER_GTID_WAIT(?, 20)", pos).Scan(&waited); err != nil || waited.Int64 != 0 {
+		t.Fatalf("iad did not apply pdx's %s: %v %v", pos, waited, err)
 	}
 	if err := s.driver.Promote(ctx, s.group, "iad", 1, false); err != nil {
 		t.Fatalf("reassertion after the rollback: %v", err)

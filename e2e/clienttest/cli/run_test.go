@@ -23,6 +23,7 @@ import (
 
 	"github.com/shipstream/bloodraven/deployclient"
 	"github.com/shipstream/bloodraven/deployclient/deploycmd"
+	"github.com/shipstream/bloodraven/deployclient/wire"
 	"github.com/shipstream/bloodraven/internal/operatortest"
 	"github.com/shipstream/bloodraven/internal/testenv"
 )
@@ -85,9 +86,7 @@ func (rec *recorder) wrap(h http.Handler) http.Handler {
 		at := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: 200}
 		h.ServeHTTP(sw, r)
-		var grant struct {
-			Token string `json:"token"`
-		}
+		var grant wire.Grant
 		_ = json.Unmarshal(sw.body.Bytes(), &grant)
 		rec.mu.Lock()
 		rec.calls = append(rec.calls, call{r.Method, r.URL.Path, sw.status, at})
