@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"unicode"
 
@@ -64,12 +65,27 @@ func readDoc(t *testing.T, name string) string {
 // declaration in it (a method's type is checked, not the method).
 var declToken = regexp.MustCompile(`(?:^|[\s(])([a-z][a-z0-9]*)\.([A-Za-z_][A-Za-z0-9_]*)\b(?:[^./\w-]|\.[A-Z]|$)`)
 
-// packageDirs maps each package name of the module to its directories.
+var (
+	listOnce sync.Once
+	listed   map[string][]string
+	listErr  error
+)
+
+// packageDirs maps each package name of the module (main packages left
+// out) to its directories, from one go list per test binary.
 func packageDirs(t *testing.T) map[string][]string {
 	t.Helper()
+	listOnce.Do(func() { listed, listErr = listPackages() })
+	if listErr != nil {
+		t.Fatalf("go list: %v", listErr)
+	}
+	return listed
+}
+
+func listPackages() (map[string][]string, error) {
 	out, err := exec.Command("go", "list", "-f", "{{.Name}} {{.Dir}}", "./...").Output()
 	if err != nil {
-		t.Fatalf("go list: %v", err)
+		return nil, err
 	}
 	dirs := map[string][]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
@@ -78,7 +94,7 @@ func packageDirs(t *testing.T) map[string][]string {
 			dirs[name] = append(dirs[name], dir)
 		}
 	}
-	return dirs
+	return dirs, nil
 }
 
 var (
@@ -105,21 +121,38 @@ func topLevel(t *testing.T) map[string]bool {
 			out[e.Name()] = true
 		}
 	}
-	dirs, err := exec.Command("go", "list", "-f", "{{.Dir}}", "./...").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	for _, d := range strings.Fields(string(dirs)) {
-		if base := filepath.Base(d); base != "v1alpha1" && !strings.HasPrefix(base, "cmd") {
-			out[base] = true
+	root, _ := os.Getwd()
+	for _, dirs := range packageDirs(t) {
+		for _, d := range dirs {
+			if base := filepath.Base(d); base != "v1alpha1" && d != root {
+				out[base] = true
+			}
 		}
 	}
 	return out
 }
 
+var (
+	declMu sync.Mutex
+	decls  = map[string]map[string]bool{} // directory -> its top-level names
+)
+
 // declared reports whether the package in dir declares name at top level
-// (a function, method, type, constant or variable), tests included.
+// (a function, method, type, constant or variable), tests included. Each
+// directory is parsed once.
 func declared(dir, name string) bool {
+	declMu.Lock()
+	defer declMu.Unlock()
+	names, ok := decls[dir]
+	if !ok {
+		names = topLevelNames(dir)
+		decls[dir] = names
+	}
+	return names[name]
+}
+
+func topLevelNames(dir string) map[string]bool {
+	names := map[string]bool{}
 	fset := token.NewFileSet()
 	files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
 	for _, f := range files {
@@ -130,28 +163,22 @@ func declared(dir, name string) bool {
 		for _, d := range file.Decls {
 			switch d := d.(type) {
 			case *ast.FuncDecl:
-				if d.Name.Name == name {
-					return true
-				}
+				names[d.Name.Name] = true
 			case *ast.GenDecl:
 				for _, s := range d.Specs {
 					switch s := s.(type) {
 					case *ast.TypeSpec:
-						if s.Name.Name == name {
-							return true
-						}
+						names[s.Name.Name] = true
 					case *ast.ValueSpec:
 						for _, n := range s.Names {
-							if n.Name == name {
-								return true
-							}
+							names[n.Name] = true
 						}
 					}
 				}
 			}
 		}
 	}
-	return false
+	return names
 }
 
 // pathExists resolves a path a doc names: a file or directory from the root

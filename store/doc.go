@@ -1,6 +1,8 @@
-// Package store is the one room where the operator writes to the
-// Kubernetes API server: the optimistic-retry loop every writer uses
-// (Retry), and one sub-package per kind of object it keeps:
+// Package store holds what the deployment side keeps in the Kubernetes API
+// server: the optimistic-retry loop its writers use (Retry; the
+// controllers' admission uses it too), and one sub-package per kind of
+// object (the controllers write the groups' and databases' status
+// themselves):
 //
 //   - leasestore: deployment Leases and tombstones (the record MAC, the
 //     caches, the label scheme);

@@ -8,9 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/shipstream/bloodraven/installcheck"
@@ -32,13 +29,7 @@ func checkInstall(args []string, out io.Writer) error {
 	if *statusURL == "" || *namespace == "" {
 		return fmt.Errorf("check-install: --status-url and --namespace are required")
 	}
-	var cfg *rest.Config
-	var err error
-	if *kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	} else {
-		cfg, err = ctrl.GetConfig()
-	}
+	cfg, err := restConfig(*kubeconfig)
 	if err != nil {
 		return fmt.Errorf("check-install: API server config: %w", err)
 	}
