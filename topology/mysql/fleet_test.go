@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -219,5 +220,27 @@ func TestAnInvalidateDuringARereadIsNotUndoneByIt(t *testing.T) {
 	}
 	if _, pw, _ := cc.Get(context.Background(), g); pw != "new" {
 		t.Fatalf("after the refusal the cache answered %q, want a fresh read", pw)
+	}
+}
+
+// A Fetch that panics is an error for the Get that waited on it, not a
+// crash (singleflight re-raises a DoChan panic where nothing can recover
+// it); the next Get reads again.
+func TestAPanickingSecretReadIsAnErrorAndTheNextReadsAgain(t *testing.T) {
+	calls := 0
+	c := &CredentialCache{Clock: clocktesting.NewFakeClock(time.Now()), Fetch: func(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
+		calls++
+		if calls == 1 {
+			panic("boom")
+		}
+		return "u", "p", nil
+	}}
+	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
+	g.UID = "g1"
+	if _, _, err := c.Get(context.Background(), g); err == nil || !strings.Contains(err.Error(), "panic") {
+		t.Fatalf("first Get: %v, want the panic as an error", err)
+	}
+	if u, p, err := c.Get(context.Background(), g); err != nil || u != "u" || p != "p" {
+		t.Fatalf("second Get: %q %q %v", u, p, err)
 	}
 }
