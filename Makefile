@@ -303,7 +303,7 @@ IMPORT_ALIASES := github.com/shipstream/bloodraven/api/v1alpha1:bloodravenv1alph
 	k8s.io/apimachinery/pkg/apis/meta/v1:metav1 k8s.io/apimachinery/pkg/api/errors:apierrors
 
 FUZZTIME ?= 10s
-FUZZ_TARGETS := deployapi:FuzzDecodeGrant deployapi:FuzzDecodeRenew deployclient:FuzzDecodeAnswer
+FUZZ_TARGETS := deployapi:FuzzDecodeGrant deployapi:FuzzDecodeRenew deployapi/authn:FuzzParseClaims deployclient:FuzzDecodeAnswer
 
 TEST_TIMES ?= $(ROOT)/bin/test-times.json
 # E2E_PARALLEL: how many of the e2e tests that wait (all but the two that
@@ -386,7 +386,7 @@ bench: $(KUBE_APISERVER) $(ETCD) mariadb ## Measure renewals against the floor a
 	@if [ -z "$(BENCH_QUICK)$(BENCH_SMOKE)" ]; then BLOODRAVEN_BENCH=1 $(GO) test ./operator -run '^TestSiteLossOfRealMariaDB$$' -count=1 -timeout 20m -v; fi
 
 .PHONY: fuzz
-fuzz: ## Fuzz the request decoders and the client's answer decoder for FUZZTIME each (default 10s).
+fuzz: ## Fuzz the request decoders, the token claims decoder and the client's answer decoder for FUZZTIME each (default 10s).
 	@# A failing input is written to <pkg>/testdata/fuzz/<target> and fails
 	@# the run; the committed seeds there are not failures. An engine
 	@# failure that wrote no new input (a worker lost under load, "context

@@ -14,7 +14,7 @@ const module = "github.com/shipstream/bloodraven"
 // packages of lower layers (docs/development.md, "Layout"). A shipped
 // package missing here fails the test, so a new one is placed on purpose.
 var layers = [][]string{
-	{"", "api/v1alpha1", "leases", "deployclient/wire", "leaseguard", "server", "store", "internal/logbridge", "internal/childproc"},
+	{"", "api/v1alpha1", "leases", "deployclient/wire", "deployapi/authn", "leaseguard", "server", "store", "internal/logbridge", "internal/childproc"},
 	{"topology", "scheme", "installcheck", "webhook"},
 	{"policy", "topology/memory", "topology/mysql", "topology/prober"},
 	{"store/leasestore"},

@@ -55,22 +55,6 @@ func TestAuthentication(t *testing.T) {
 	})
 }
 
-func TestParseServiceAccountAcceptsOnlyServiceAccounts(t *testing.T) {
-	tests := map[string]bool{
-		"system:serviceaccount:app:deploy": true,
-		"system:serviceaccount:app":        false,
-		"system:serviceaccount::deploy":    false,
-		"admin":                            false,
-		"system:node:worker-1":             false,
-		"system:serviceaccount:App:deploy": false,
-	}
-	for user, want := range tests {
-		if _, ok := parseServiceAccount(user); ok != want {
-			t.Errorf("%q: accepted=%v, want %v", user, ok, want)
-		}
-	}
-}
-
 func TestAuthorization(t *testing.T) {
 	f := newFixture(t)
 	strangerNS := env.Namespace(t)

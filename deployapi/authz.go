@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/deployapi/authn"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/store/leasestore"
 )
@@ -70,7 +71,7 @@ type scope struct {
 // same time as the group's; the group returned is a fresh read: it carries
 // the fence. These reads wait for the caller's own read slots (fair share,
 // fairshare.go), so a flood of one identity queues on its own budget.
-func (s *Server) authorize(ctx context.Context, id Identity, c *call) (*bloodravenv1alpha1.MysqlFailoverGroup, error) {
+func (s *Server) authorize(ctx context.Context, id authn.Identity, c *call) (*bloodravenv1alpha1.MysqlFailoverGroup, error) {
 	api := c.ticket.reader(s.api)
 	byNS, err := s.candidates(ctx, id, c.group, c.instance, c.namespace)
 	if err != nil {
@@ -124,7 +125,7 @@ func (s *Server) authorize(ctx context.Context, id Identity, c *call) (*bloodrav
 // caller. Both reads start after the request did, so the fence is as fresh
 // as read one after the other; the group is used only if a database
 // confirms. errForbidden when no database confirms or the group is absent.
-func (s *Server) confirmScope(ctx context.Context, api client.Reader, id Identity, group string, sc scope, names []string) (*bloodravenv1alpha1.MysqlFailoverGroup, error) {
+func (s *Server) confirmScope(ctx context.Context, api client.Reader, id authn.Identity, group string, sc scope, names []string) (*bloodravenv1alpha1.MysqlFailoverGroup, error) {
 	if sc.instance != "" {
 		names = []string{sc.instance}
 	}
@@ -209,7 +210,7 @@ func (s *Server) readGroup(ctx context.Context, api client.Reader, namespace, na
 // that list the caller (with instance set, only databases of that name;
 // with namespace set, only that namespace), in namespaces where the group
 // cache holds a group of that name.
-func (s *Server) candidates(ctx context.Context, id Identity, group, instance, namespace string) (map[string][]string, error) {
+func (s *Server) candidates(ctx context.Context, id authn.Identity, group, instance, namespace string) (map[string][]string, error) {
 	var dbs bloodravenv1alpha1.MysqlDatabaseList
 	if err := s.dbs.List(ctx, &dbs, client.MatchingFields{GroupRefField: group}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list cached MysqlDatabases of group %q: %w", group, err)
@@ -251,7 +252,7 @@ func (s *Server) groupProposed(ctx context.Context, namespace, group string) (bo
 
 // confirm reads the candidates of one namespace from the API server, in
 // order, until one admits the caller.
-func (s *Server) confirm(ctx context.Context, api client.Reader, id Identity, group, namespace string, names []string) (bool, error) {
+func (s *Server) confirm(ctx context.Context, api client.Reader, id authn.Identity, group, namespace string, names []string) (bool, error) {
 	sort.Strings(names)
 	for _, name := range names {
 		db := &bloodravenv1alpha1.MysqlDatabase{}
@@ -270,7 +271,7 @@ func (s *Server) confirm(ctx context.Context, api client.Reader, id Identity, gr
 
 // admits reports whether db authorizes the caller for group (and, when
 // instance is set, is that instance).
-func admits(db *bloodravenv1alpha1.MysqlDatabase, id Identity, group, instance string) bool {
+func admits(db *bloodravenv1alpha1.MysqlDatabase, id authn.Identity, group, instance string) bool {
 	if db.Spec.GroupRef.Name != group || (instance != "" && db.Name != instance) {
 		return false
 	}

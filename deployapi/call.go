@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/deployapi/authn"
 	"github.com/shipstream/bloodraven/leases"
 	"github.com/shipstream/bloodraven/policy"
 	"github.com/shipstream/bloodraven/store"
@@ -22,7 +23,7 @@ import (
 // it and from the result.
 type call struct {
 	route       string
-	identity    Identity
+	identity    authn.Identity
 	group       string
 	kind        leases.Kind
 	operationID string

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/shipstream/bloodraven/deployapi/authn"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -120,11 +121,11 @@ func countingKube(t *testing.T, n *atomic.Int64) kubernetes.Interface {
 func TestTokenReviewCache(t *testing.T) {
 	f := newFixture(t)
 	var reviews atomic.Int64
-	a := newAuthenticator(countingKube(t, &reviews), "bloodraven-deploy", f.clock, DefaultAuthCacheTTL, 2)
+	a := authn.New(countingKube(t, &reviews).AuthenticationV1().TokenReviews(), "bloodraven-deploy", f.clock, authn.DefaultCacheTTL, 2)
 	req := func(token string) error {
 		r, _ := http.NewRequest(http.MethodGet, "/", nil)
 		r.Header.Set("Authorization", "Bearer "+token)
-		_, err := a.authenticate(context.Background(), r)
+		_, err := a.Authenticate(context.Background(), r)
 		return err
 	}
 	if err := req(f.token); err != nil {
@@ -133,7 +134,7 @@ func TestTokenReviewCache(t *testing.T) {
 	if err := req(f.token); err != nil || reviews.Load() != 1 {
 		t.Fatalf("second request: err=%v, %d reviews; want a cache hit", err, reviews.Load())
 	}
-	f.clock.Step(DefaultAuthCacheTTL)
+	f.clock.Step(authn.DefaultCacheTTL)
 	if err := req(f.token); err != nil || reviews.Load() != 2 {
 		t.Fatalf("after 15 s: err=%v, %d reviews; want a new review", err, reviews.Load())
 	}
@@ -145,23 +146,23 @@ func TestTokenReviewCache(t *testing.T) {
 		wrongAudience := f.serviceAccountToken(f.clientNS, "deploy", "another-audience") // real, for the wrong audience
 		before := reviews.Load()
 		for i := 0; i < 3; i++ {
-			if err := req(wrongAudience); err != errUnauthenticated {
+			if err := req(wrongAudience); err != authn.ErrUnauthenticated {
 				t.Fatalf("wrong-audience token: %v", err)
 			}
 		}
 		for i := 0; i < 3; i++ {
-			if err := req(bogus); err != errUnauthenticated {
+			if err := req(bogus); err != authn.ErrUnauthenticated {
 				t.Fatalf("wrong-audience token: %v", err)
 			}
-			if err := req("not-a-jwt"); err != errUnauthenticated {
+			if err := req("not-a-jwt"); err != authn.ErrUnauthenticated {
 				t.Fatalf("non-JWT token: %v", err)
 			}
 		}
 		if got := reviews.Load() - before; got != 1 {
 			t.Fatalf("%d reviews for 9 failing requests, want 1 (the forged signature's)", got)
 		}
-		f.clock.Step(refusedTTL)
-		if err := req(bogus); err != errUnauthenticated || reviews.Load()-before != 2 {
+		f.clock.Step(authn.RefusedTTL)
+		if err := req(bogus); err != authn.ErrUnauthenticated || reviews.Load()-before != 2 {
 			t.Fatalf("after the refusal window: err=%v, %d reviews; want a new review", err, reviews.Load()-before)
 		}
 	})
@@ -173,10 +174,12 @@ func TestTokenReviewCache(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if a.cache.Len() != 2 {
-			t.Fatalf("cache holds %d entries, bound is 2", a.cache.Len())
-		}
 		before := reviews.Load()
+		for _, tok := range []string{t1, t2} { // the two entries the bound keeps
+			if err := req(tok); err != nil || reviews.Load() != before {
+				t.Fatalf("a cached token: err=%v, reviews %d -> %d", err, before, reviews.Load())
+			}
+		}
 		if err := req(f.token); err != nil || reviews.Load() != before+1 {
 			t.Fatalf("evicted token: err=%v, reviews %d -> %d", err, before, reviews.Load())
 		}

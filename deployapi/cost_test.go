@@ -65,7 +65,7 @@ func (f *fixture) countingServer(t testing.TB, log *requestLog) *Server {
 		t.Fatal(err)
 	}
 	s, err := New(Config{IsLeader: func() bool { return true }, Clock: f.clock, Kube: kube, API: c, Databases: leaseCache,
-		Leases: &leasestore.Store{Client: c, Cached: leaseCache, API: c, Clock: f.clock, Key: testRecordKey}, Log: f.srv.log, Groups: leaseCache, FairShare: roomyShare})
+		Leases: &leasestore.Store{Client: c, Cached: leaseCache, API: c, Clock: f.clock, Key: testRecordKey}, Log: f.srv.log, Groups: leaseCache, Informers: leaseCache, FairShare: roomyShare})
 	if err != nil {
 		t.Fatal(err)
 	}

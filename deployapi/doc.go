@@ -3,17 +3,10 @@
 // deploy pipelines, fenced by the group's topology generation.
 //
 // Every request passes, in this order: leadership (503 not_leader on
-// followers), authentication (a projected ServiceAccount token checked by
-// TokenReview for the configured audience, which the review must name in
-// status.audiences; successful reviews cached by token hash for 15 s or
-// until the token's own exp, whichever is first, at most 1,024 entries, and
-// re-reviewed in the background after half of that while in use;
-// concurrent misses for one token share one review, a refused token is
-// refused for 5 s without another; text that is not JWT-shaped, and a
-// token whose unverified claims cannot pass (audience, exp, an issuer
-// learned from successful reviews), is refused without one; at most 8
-// reviews run at once and at most 10/s are sent for one source address,
-// beyond which a miss answers 503 unavailable with Retry-After), the
+// followers), authentication (package authn: a projected ServiceAccount
+// token checked by TokenReview for the configured audience, cached for 15 s
+// or until the token's exp; 401 unauthenticated, or 503 unavailable with
+// Retry-After when the review may not be sent now), the
 // identity's fair share (fairshare.go: a rate, a number in flight and held
 // lease GETs per ServiceAccount; 429 rate_limited with Retry-After, before
 // the body is read or the API server is asked), the path,
@@ -48,9 +41,11 @@
 // until the lease stops being the caller's (a new generation, a revocation,
 // expiry, release, a re-grant with another token, a hold's mutex ending),
 // the wait ends, or this replica stops leading (503). While it waits it
-// reads only the operator's caches (every 200 ms), which costs the API
-// server nothing; a change the caches show is confirmed on fresh reads
-// before it is answered. It never writes.
+// reads nothing until the operator's informers report a change to the
+// group or its Leases (changes.go), or its expiry passes; it then looks at
+// the operator's caches, which costs the API server nothing, and a change
+// they show is confirmed on fresh reads before it is answered. It never
+// writes.
 //
 // Migration renewals may carry a phase (pre-ddl, ddl, done); the record
 // keeps the furthest one reported, and a re-grant keeps it. A follower's

@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/shipstream/bloodraven/deployapi/authn"
 	"github.com/shipstream/bloodraven/deployclient/wire"
 	"github.com/shipstream/bloodraven/store"
 )
@@ -118,6 +119,20 @@ func errRevocationNotWritten(cause error) *apiError {
 		return ae
 	}
 	return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, retryAfter: 1, cause: cause}
+}
+
+// errFromAuthn maps a failed authentication: 401 unauthenticated; 503
+// unavailable with Retry-After when the review may not be sent now (the
+// cause is logged, never sent); otherwise the review's error, as any
+// failed API-server call.
+func errFromAuthn(err error) error {
+	switch {
+	case errors.Is(err, authn.ErrUnauthenticated):
+		return errUnauthenticated
+	case errors.Is(err, authn.ErrBusy):
+		return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, retryAfter: authn.BusyRetryAfterSeconds, cause: err}
+	}
+	return err
 }
 
 // errFromAPIServer maps a failed API-server call: 503 unavailable with

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/lru"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/shipstream/bloodraven/deployapi/authn"
 	"github.com/shipstream/bloodraven/deployclient/wire"
 )
 
@@ -43,7 +44,7 @@ import (
 // 429 {"error":"rate_limited","retryAfterSeconds":N} with Retry-After: N,
 // before the body is read and before any read of the API server: a 429
 // changes nothing. Unauthenticated requests have no identity and never reach
-// the share (their cost is bounded by the review limits, authn_limits.go).
+// the share (their cost is bounded by the review limits of package authn).
 //
 // The state is bounded: the shares of at most maxIdentities identities, least
 // recently used evicted. An identity idle long enough to be evicted has a
@@ -141,7 +142,7 @@ func (f FairShare) withDefaults() FairShare {
 type fairShare struct {
 	limits FairShare
 	mu     sync.Mutex // makes a lookup and its add one step
-	shares *lru.Cache // Identity -> *share
+	shares *lru.Cache // authn.Identity -> *share
 }
 
 // share is one identity's state.
@@ -157,7 +158,7 @@ func newFairShare(limits FairShare) *fairShare {
 	return &fairShare{limits: limits.withDefaults(), shares: lru.New(maxIdentities)}
 }
 
-func (f *fairShare) of(id Identity) *share {
+func (f *fairShare) of(id authn.Identity) *share {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if v, ok := f.shares.Get(id); ok {
@@ -171,7 +172,7 @@ func (f *fairShare) of(id Identity) *share {
 // admit takes a request of id at now from its share: a ticket the request
 // ends with done, or the 429 and the limit it is over. A refusal takes
 // nothing: a request refused for the number in flight keeps its token.
-func (f *fairShare) admit(id Identity, now time.Time) (*ticket, *apiError, string) {
+func (f *fairShare) admit(id authn.Identity, now time.Time) (*ticket, *apiError, string) {
 	sh := f.of(id)
 	if sh.inFlight.Add(1) > int32(f.limits.InFlight) {
 		sh.inFlight.Add(-1)

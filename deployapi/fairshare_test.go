@@ -3,6 +3,7 @@ package deployapi
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/deployapi/authn"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -28,7 +30,7 @@ func (f *fixture) fairServer(limits FairShare, api client.Reader) *Server {
 	f.reg = prometheus.NewRegistry()
 	s, err := New(Config{IsLeader: f.leader.Load, Clock: f.clock, Kube: env.Kube, API: api, Databases: leaseCache,
 		Leases: f.store, Log: funcr.NewJSON(func(obj string) { f.logs.add(obj) }, funcr.Options{}), Metrics: f.reg,
-		Groups: leaseCache, FairShare: limits})
+		Groups: leaseCache, Informers: leaseCache, FairShare: limits})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -157,7 +159,7 @@ func TestInFlightPerIdentity(t *testing.T) {
 	other := f.addClient()
 	gate := &gatedReader{Reader: env.Client, n: 2, open: make(chan struct{})}
 	s := f.fairServer(FairShare{InFlight: 2, Reads: 2}, gate)
-	id := Identity{Namespace: f.clientNS, ServiceAccount: "deploy"}
+	id := authn.Identity{Namespace: f.clientNS, ServiceAccount: "deploy"}
 
 	var wg sync.WaitGroup
 	answers := make([]response, 2)
@@ -210,7 +212,7 @@ func TestReadsPerIdentity(t *testing.T) {
 	const reads, requests = 3, 4
 	gate := &gatedReader{Reader: env.Client, n: reads, open: make(chan struct{})}
 	s := f.fairServer(FairShare{InFlight: 8, Reads: reads}, gate)
-	id := Identity{Namespace: f.clientNS, ServiceAccount: "deploy"}
+	id := authn.Identity{Namespace: f.clientNS, ServiceAccount: "deploy"}
 
 	var wg sync.WaitGroup
 	answers := make([]response, requests)
@@ -292,7 +294,7 @@ func TestHeldLeaseGetsPerIdentity(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the held GET did not answer the release")
 	}
-	id := Identity{Namespace: f.clientNS, ServiceAccount: "deploy"}
+	id := authn.Identity{Namespace: f.clientNS, ServiceAccount: "deploy"}
 	if n, h := s.fair.of(id).inFlight.Load(), s.fair.of(id).held.Load(); n != 0 || h != 0 {
 		t.Fatalf("%d in flight and %d held after every request ended", n, h)
 	}
@@ -327,7 +329,7 @@ func TestFairShareStateIsBounded(t *testing.T) {
 	fs := newFairShare(FairShare{})
 	now := time.Now()
 	for i := 0; i < maxIdentities+100; i++ {
-		tk, e, _ := fs.admit(Identity{Namespace: "ns", ServiceAccount: "sa-" + itoa(int64(i))}, now)
+		tk, e, _ := fs.admit(authn.Identity{Namespace: "ns", ServiceAccount: "sa-" + itoa(int64(i))}, now)
 		if e != nil {
 			t.Fatalf("identity %d refused: %v", i, e)
 		}
@@ -341,3 +343,5 @@ func TestFairShareStateIsBounded(t *testing.T) {
 		t.Fatalf("defaults: %+v", fs.limits)
 	}
 }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

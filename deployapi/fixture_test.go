@@ -1,6 +1,7 @@
 package deployapi
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -99,6 +100,9 @@ type fixture struct {
 	unverified atomic.Int64
 	// tls serves a Server's handler over real TLS (the lease GET tests).
 	tls map[*Server]*httptest.Server
+	// groups, when set, is the Groups reader of the servers newServer
+	// builds next (the cache otherwise).
+	groups client.Reader
 }
 
 func newFixture(t testing.TB) *fixture {
@@ -131,7 +135,8 @@ func (f *fixture) newServer() *Server {
 		Leases:    f.store,
 		Log:       funcr.NewJSON(func(obj string) { f.logs.add(obj) }, funcr.Options{}),
 		Metrics:   reg,
-		Groups:    leaseCache,
+		Groups:    cmp.Or[client.Reader](f.groups, leaseCache),
+		Informers: leaseCache,
 		FairShare: roomyShare,
 	})
 	if err != nil {

@@ -16,9 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/deployapi/authn"
 	"github.com/shipstream/bloodraven/deployclient/wire"
 	"github.com/shipstream/bloodraven/store/leasestore"
 )
@@ -52,6 +54,11 @@ type Config struct {
 	// Groups lists MysqlFailoverGroups (a cached reader is fine) so the
 	// active-lease gauge reports 0 for groups without leases; optional.
 	Groups client.Reader
+	// Informers report changes to groups and deployment Leases (the cache
+	// that Groups and Leases.Cached read): they wake held lease GETs.
+	// Without them `Prefer: wait` is ignored and a lease GET answered at
+	// once.
+	Informers cache.Informers
 	// AuthCacheTTL and AuthCacheSize default to 15 s and 1,024.
 	AuthCacheTTL  time.Duration
 	AuthCacheSize int
@@ -67,13 +74,15 @@ type Server struct {
 	dbs     client.Reader
 	leases  *leasestore.Store
 	clock   clock.PassiveClock
-	authn   *authenticator
+	authn   *authn.Authenticator
 	fair    *fairShare
 	log     logr.Logger
 	metrics *metrics
 	router  *httprouter.Router
 	// holding counts the lease GETs held right now.
 	holding atomic.Int64
+	// changes wakes held GETs (nil without Config.Informers).
+	changes *changes
 	// draining is closed by Drain: held GETs answer at once.
 	draining  chan struct{}
 	drainOnce sync.Once
@@ -93,10 +102,10 @@ func New(cfg Config) (*Server, error) {
 		cfg.Audience = "bloodraven-deploy"
 	}
 	if cfg.AuthCacheTTL == 0 {
-		cfg.AuthCacheTTL = DefaultAuthCacheTTL
+		cfg.AuthCacheTTL = authn.DefaultCacheTTL
 	}
 	if cfg.AuthCacheSize == 0 {
-		cfg.AuthCacheSize = DefaultAuthCacheSize
+		cfg.AuthCacheSize = authn.DefaultCacheSize
 	}
 	if cfg.IsLeader == nil || cfg.Clock == nil || cfg.Kube == nil || cfg.API == nil || cfg.Leases == nil {
 		return nil, errors.New("deployapi: IsLeader, Clock, Kube, API and Leases are required")
@@ -111,9 +120,15 @@ func New(cfg Config) (*Server, error) {
 		dbs:      cfg.Databases,
 		leases:   cfg.Leases,
 		clock:    cfg.Clock,
-		authn:    newAuthenticator(cfg.Kube, cfg.Audience, cfg.Clock, cfg.AuthCacheTTL, cfg.AuthCacheSize),
+		authn:    authn.New(cfg.Kube.AuthenticationV1().TokenReviews(), cfg.Audience, cfg.Clock, cfg.AuthCacheTTL, cfg.AuthCacheSize),
 		fair:     newFairShare(cfg.FairShare),
 		log:      cfg.Log,
+	}
+	if cfg.Informers != nil {
+		s.changes = newChanges()
+		if err := s.changes.register(cfg.Informers); err != nil {
+			return nil, err
+		}
 	}
 	m, err := newMetrics(cfg.Metrics, cfg.Leases, cfg.Groups, cfg.Clock)
 	if err != nil {
@@ -216,9 +231,9 @@ func (s *Server) serve(hr *http.Request, ps httprouter.Params, rt route, c *call
 	if !s.cfg.IsLeader() {
 		return nil, fail(errNotLeader)
 	}
-	id, err := s.authn.authenticate(hr.Context(), hr)
+	id, err := s.authn.Authenticate(hr.Context(), hr)
 	if err != nil {
-		return nil, fail(err)
+		return nil, fail(errFromAuthn(err))
 	}
 	c.identity = id
 	// The identity's share, before the body is read and before any read of

@@ -25,10 +25,14 @@ import (
 // maxWatchWait bounds Prefer: wait=N.
 const maxWatchWait = 60 * time.Second
 
-// watchPoll is how often a held request looks at the operator's caches. A
-// look at a cache costs the API server nothing; only a change the caches
-// show is confirmed on fresh reads before it is answered.
-const watchPoll = 200 * time.Millisecond
+// watchTick is how often a held request reads the clock and its
+// replica's leadership: a leader that stops leading answers within it, and
+// so does a wait or a lease that ends by time alone. It reads no cache:
+// the caches are looked at when the informers report a change to the
+// group or its Leases (changes.go), when the lease's expiry passes, or
+// when a confirmation is due. Only a change the caches show is confirmed
+// on fresh reads before it is answered.
+const watchTick = 200 * time.Millisecond
 
 // watchReconfirm bounds how often a held request re-reads the API server
 // when the caches keep showing a change that fresh reads do not (a cache
@@ -70,11 +74,12 @@ func preferWait(values []string) time.Duration {
 // longer a 200 (confirmed on fresh reads), when the wait ends (200, the
 // lease as it stands), when this replica stops leading (503), when the
 // process begins to stop (Drain: 200, the lease as it stands), or when the
-// caller goes away. It never writes.
+// caller goes away. It never writes. Without Config.Informers nothing
+// would wake it: the preference is ignored and the state answered at once.
 func (s *Server) watch(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFailoverGroup) result {
 	ctx := r.Context()
 	res := s.leaseAnswer(ctx, c, g)
-	if res.status != http.StatusOK || c.wait <= 0 {
+	if res.status != http.StatusOK || c.wait <= 0 || s.changes == nil {
 		return res
 	}
 	// Past the identity's held GETs, the preference is ignored (RFC 7240):
@@ -91,24 +96,46 @@ func (s *Server) watch(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFail
 	deadline := s.clock.Now().Add(c.wait)
 	s.holding.Add(1)
 	defer s.holding.Add(-1)
-	tick := time.NewTicker(watchPoll)
+	tick := time.NewTicker(watchTick)
 	defer tick.Stop()
-	var lastAlarm watchMark
-	var lastConfirm time.Time
+	key := client.ObjectKeyFromObject(g)
+	var (
+		woken       = s.changes.next(key)
+		look        = true    // the caches are to be looked at
+		until       time.Time // when the cached lease ends by time alone
+		lagging     bool      // the caches show a change fresh reads did not
+		lastAlarm   watchMark // what the caches showed at the last confirmation
+		lastConfirm time.Time // when fresh reads last confirmed
+	)
 	for {
 		select {
 		case <-ctx.Done():
 			return fail(ctx.Err())
 		case <-s.draining:
 			return res
+		case <-woken:
+			woken = s.changes.next(key) // before the look: a change during it wakes the next round
+			look = true
 		case <-tick.C:
 		}
 		if !s.cfg.IsLeader() {
 			return fail(errNotLeader)
 		}
 		now := s.clock.Now()
-		cached, mark := s.cachedLeaseState(ctx, c, g)
+		if !now.Before(deadline) {
+			look = true // the wait's end answers the state as the caches show it
+		}
+		if !until.IsZero() && now.After(until) || lagging && now.Sub(lastConfirm) >= watchReconfirm {
+			look = true
+		}
+		if !look {
+			continue
+		}
+		look = false
+		cached, mark, end := s.cachedLeaseState(ctx, c, g)
+		until = end
 		if cached {
+			lagging = false
 			if !now.Before(deadline) {
 				return res
 			}
@@ -117,7 +144,8 @@ func (s *Server) watch(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFail
 		// The caches say the lease stopped being the caller's. Confirm on
 		// fresh reads; a cache that lags is asked again only once it
 		// changes, or after watchReconfirm.
-		if mark == lastAlarm && now.Sub(lastConfirm) < watchReconfirm {
+		lagging = true
+		if mark == lastAlarm && now.Sub(lastConfirm) < watchReconfirm && now.Before(deadline) {
 			continue
 		}
 		lastAlarm, lastConfirm = mark, now
@@ -137,22 +165,23 @@ func (s *Server) watch(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFail
 type watchMark struct{ group, lease, migration string }
 
 // cachedLeaseState decides on the operator's caches alone whether the lease
-// is still the caller's (true), and what it decided on. It reads nothing
-// from the API server. A cache that cannot be read counts as a change, to
-// be confirmed.
-func (s *Server) cachedLeaseState(ctx context.Context, c *call, g *bloodravenv1alpha1.MysqlFailoverGroup) (bool, watchMark) {
+// is still the caller's (true), what it decided on, and, for a lease still
+// the caller's, when it ends by time alone (its expiry; a hold's, or its
+// mutex's when that comes first). It reads nothing from the API server. A
+// cache that cannot be read counts as a change, to be confirmed.
+func (s *Server) cachedLeaseState(ctx context.Context, c *call, g *bloodravenv1alpha1.MysqlFailoverGroup) (held bool, mark watchMark, until time.Time) {
 	cg := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	if err := s.groupCache().Get(ctx, client.ObjectKeyFromObject(g), cg); err != nil || cg.UID != g.UID {
-		return false, watchMark{}
+		return false, watchMark{}, time.Time{}
 	}
 	if cg.Status.TopologyGeneration < g.Status.TopologyGeneration {
 		cg = g // the cache lags the request's own fresh view
 	}
 	obj, own, err := s.leases.GetOwn(ctx, cg, c.kind, c.operationID, false)
 	if err != nil {
-		return false, watchMark{}
+		return false, watchMark{}, time.Time{}
 	}
-	mark := watchMark{group: cg.ResourceVersion}
+	mark = watchMark{group: cg.ResourceVersion}
 	if obj != nil {
 		mark.lease = obj.Lease.ResourceVersion
 	}
@@ -160,7 +189,7 @@ func (s *Server) cachedLeaseState(ctx context.Context, c *call, g *bloodravenv1a
 	if c.kind == leases.KindFailoverHold && own != nil {
 		o, err := s.leases.Get(ctx, cg.Namespace, leases.MigrationName(cg.Name), false)
 		if err != nil {
-			return false, mark
+			return false, mark, time.Time{}
 		}
 		if o != nil {
 			mark.migration = o.Lease.ResourceVersion
@@ -169,7 +198,17 @@ func (s *Server) cachedLeaseState(ctx context.Context, c *call, g *bloodravenv1a
 	}
 	d := policy.DecideRenew(policy.RenewInput{Kind: c.kind, OperationID: c.operationID, Token: c.token,
 		Group: groupView(cg), Record: own, Migration: mig, Now: s.clock.Now()})
-	return stillHeld(d.Outcome), mark
+	if !stillHeld(d.Outcome) {
+		return false, mark, time.Time{}
+	}
+	switch {
+	case own == nil: // a view the caches do not hold yet (OutcomeStaleView): looked at again on their change
+	case c.kind == leases.KindMigration:
+		until = own.ExpiresAt
+	default:
+		until = leases.DeferralEnd(own, mig)
+	}
+	return true, mark, until
 }
 
 // groupCache is where a held request looks at the group: the cached reader

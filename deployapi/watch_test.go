@@ -7,11 +7,13 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/scene"
@@ -387,5 +389,62 @@ func TestAHeldLeaseGetOutlivesTheReadTimeout(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("a held GET past the read timeout answered %d %s, want 200", resp.StatusCode, b)
+	}
+}
+
+// countingReader counts the Gets of the reader it wraps.
+type countingReader struct {
+	client.Reader
+	gets atomic.Int64
+}
+
+func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.gets.Add(1)
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// A held lease GET looks at the caches only when the informers report a
+// change to its group or to one of its Leases (or its expiry passes):
+// waiting, and another group's changes, cost it no read; a change of its
+// own lease wakes it, and it goes on waiting while the lease is still the
+// caller's.
+func TestAHeldLeaseGetLooksAtTheCachesOnlyWhenItsGroupChanges(t *testing.T) {
+	f := newFixture(t)
+	groups := &countingReader{Reader: leaseCache}
+	f.groups = groups
+	s := f.newServer()
+	g := f.grant("migration", "op-c", http.StatusCreated)
+	waitCached(t, f, leases.MigrationName("playground"), g)
+	answered := make(chan response, 1)
+	go func() { answered <- f.watchLease(s, "migration", "op-c", g.str("token"), 30) }()
+	f.waitHeld(s, 1)
+	defer s.Drain() // the wait is on the server's clock, which stands still: end it before the listener closes
+	looks := func(after time.Duration) int64 {
+		t.Helper()
+		select {
+		case r := <-answered:
+			t.Fatalf("answered while the lease was the caller's: %d %s", r.status, r.raw)
+		case <-time.After(after):
+		}
+		return groups.gets.Load()
+	}
+	first := looks(time.Second) // its first look, a few ticks in
+	if first == 0 {
+		t.Fatal("no look at the caches in the first second")
+	}
+	other := f.createGroup(f.groupNS, "other", 1)
+	other.Status.TopologyGeneration++
+	if err := env.Client.Status().Update(f.ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if n := looks(time.Second); n != first {
+		t.Fatalf("%d looks after a second and another group's changes, want none", n-first)
+	}
+	f.clock.Step(time.Second) // a renewal at the same instant writes nothing
+	if r := f.do(http.MethodPut, leasePath("migration", "op-c"), f.token, map[string]any{"token": g.str("token")}); r.status != http.StatusOK {
+		t.Fatalf("renew: %d %s", r.status, r.raw)
+	}
+	if n := looks(time.Second); n == first {
+		t.Fatal("a renewal of the held lease did not wake its GET")
 	}
 }

@@ -140,7 +140,7 @@ func New(mgr ctrl.Manager, cfg Config) (*Parts, error) {
 		p.NewDeployAPI = func(isLeader func() bool, reg prometheus.Registerer) (*deployapi.Server, error) {
 			return deployapi.New(deployapi.Config{
 				Audience: d.Audience, IsLeader: isLeader, Clock: cfg.Clock, Kube: d.Kube,
-				API: mgr.GetAPIReader(), Databases: mgr.GetCache(), Groups: mgr.GetCache(),
+				API: mgr.GetAPIReader(), Databases: mgr.GetCache(), Groups: mgr.GetCache(), Informers: mgr.GetCache(),
 				Leases: p.Leases, Log: cfg.Log, Metrics: reg, FairShare: d.FairShare,
 			})
 		}

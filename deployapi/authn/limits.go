@@ -1,7 +1,8 @@
-package deployapi
+package authn
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
@@ -11,14 +12,13 @@ import (
 	"k8s.io/utils/lru"
 )
 
-// Limits on the TokenReviews that requests can cause (issue 21; see
-// authenticator).
+// Limits on the TokenReviews that requests can cause (see Authenticator).
 const (
 	// maxConcurrentReviews bounds the reviews in flight, re-reviews
 	// included.
 	maxConcurrentReviews = 8
 	// defaultSlotWait is how long a miss waits for a free slot before it
-	// answers 503 unavailable.
+	// is ErrBusy.
 	defaultSlotWait = 250 * time.Millisecond
 	// sourceMissRate and sourceMissBurst are each source address's token
 	// bucket for misses: the reviews its requests may cause.
@@ -32,21 +32,20 @@ const (
 	// reviews for tokens whose issuer is not (yet) known, once one is.
 	unknownIssuerRate  = 1 // per second
 	unknownIssuerBurst = 1
-	// busyRetryAfterSeconds is the Retry-After of a miss that may not be
-	// reviewed now.
-	busyRetryAfterSeconds = 1
+	// BusyRetryAfterSeconds is the Retry-After of a miss that may not be
+	// reviewed now (ErrBusy).
+	BusyRetryAfterSeconds = 1
 )
+
+// ErrBusy: the review a request needs may not be sent now. Transient: the
+// request may be retried after BusyRetryAfterSeconds. The errors that wrap
+// it say why (they are for the log, not the caller).
+var ErrBusy = errors.New("token review not sent now")
 
 var (
-	errSourceOverRate = errors.New("token review not sent: the source's misses are over their rate")
-	errNoReviewSlot   = errors.New("token review not sent: no review slot free in time")
+	errSourceOverRate = fmt.Errorf("%w: the source's misses are over their rate", ErrBusy)
+	errNoReviewSlot   = fmt.Errorf("%w: no review slot free in time", ErrBusy)
 )
-
-// errReviewsBusy answers a miss whose review may not be sent now: 503
-// unavailable with Retry-After, transient. cause is logged, never sent.
-func errReviewsBusy(cause error) *apiError {
-	return &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, retryAfter: busyRetryAfterSeconds, cause: cause}
-}
 
 // reviewLimits are the review slots and the rate limits of misses.
 type reviewLimits struct {

@@ -1,4 +1,4 @@
-package deployapi
+package authn
 
 import (
 	"context"
@@ -107,27 +107,20 @@ func validToken(now time.Time, iss string) string {
 }
 
 // authFrom authenticates token as a request from source (host:port).
-func authFrom(a *authenticator, token, source string) (Identity, error) {
+func authFrom(a *Authenticator, token, source string) (Identity, error) {
 	r, _ := http.NewRequest(http.MethodGet, "/", nil)
 	r.Header.Set("Authorization", "Bearer "+token)
 	r.RemoteAddr = source
-	return a.authenticate(context.Background(), r)
+	return a.Authenticate(context.Background(), r)
 }
 
-// isBusy reports whether err answers 503 unavailable with Retry-After: 1.
-func isBusy(err error) bool {
-	var ae *apiError
-	if !errors.As(err, &ae) {
-		return false
-	}
-	h := http.Header{}
-	ae.headers(h)
-	return ae.status == http.StatusServiceUnavailable && ae.code == codeUnavailable && h.Get("Retry-After") == "1"
-}
+// isBusy reports whether err is ErrBusy (503 unavailable with
+// Retry-After: 1 in the deployment API).
+func isBusy(err error) bool { return errors.Is(err, ErrBusy) }
 
 // waitIdle waits until no review (background re-reviews included) is in
 // flight.
-func waitIdle(t *testing.T, a *authenticator) {
+func waitIdle(t *testing.T, a *Authenticator) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -139,8 +132,8 @@ func waitIdle(t *testing.T, a *authenticator) {
 	t.Fatal("reviews still in flight")
 }
 
-func newLimitedAuthenticator(s *countingReviews, clk *clocktesting.FakeClock) *authenticator {
-	return newAuthenticatorFor(s, testAudience, clk, DefaultAuthCacheTTL, DefaultAuthCacheSize)
+func newLimitedAuthenticator(s *countingReviews, clk *clocktesting.FakeClock) *Authenticator {
+	return New(s, testAudience, clk, DefaultCacheTTL, DefaultCacheSize)
 }
 
 // Unique JWT-shaped junk whose unverified claims cannot pass a review is
@@ -177,8 +170,8 @@ func TestJunkWithImpossibleClaimsCostsNoReview(t *testing.T) {
 			a.limits.takeUnknownIssuer(t0)
 			const n = 200
 			for i := 0; i < n; i++ {
-				if id, err := authFrom(a, jwt(fmt.Sprintf(tc.payload, i)), "10.0.0.2:1"); err != errUnauthenticated {
-					t.Fatalf("junk %d: %+v, %v; want errUnauthenticated", i, id, err)
+				if id, err := authFrom(a, jwt(fmt.Sprintf(tc.payload, i)), "10.0.0.2:1"); err != ErrUnauthenticated {
+					t.Fatalf("junk %d: %+v, %v; want ErrUnauthenticated", i, id, err)
 				}
 			}
 			if got := s.count.Load(); got != 1 {
@@ -258,7 +251,7 @@ func TestCachedTokenNeverWaitsForReviewSlots(t *testing.T) {
 	}
 	s.refuse.Store(true)
 	refused := validToken(t0, clusterIss)
-	if _, err := authFrom(a, refused, "127.0.0.1:1001"); err != errUnauthenticated {
+	if _, err := authFrom(a, refused, "127.0.0.1:1001"); err != ErrUnauthenticated {
 		t.Fatal(err)
 	}
 	s.refuse.Store(false)
@@ -280,8 +273,8 @@ func TestCachedTokenNeverWaitsForReviewSlots(t *testing.T) {
 		want  error
 	}{
 		{"a cached success", 0, victim, nil},
-		{"a cached refusal", 0, refused, errUnauthenticated},
-		{"a cached success due for its re-review", DefaultAuthCacheTTL/2 + time.Second, victim, nil},
+		{"a cached refusal", 0, refused, ErrUnauthenticated},
+		{"a cached success due for its re-review", DefaultCacheTTL/2 + time.Second, victim, nil},
 	} {
 		clk.Step(tc.step)
 		start := time.Now()
@@ -304,8 +297,8 @@ func TestCachedTokenNeverWaitsForReviewSlots(t *testing.T) {
 // the ttl or the token's exp.
 func TestRefreshAhead(t *testing.T) {
 	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	half := DefaultAuthCacheTTL / 2
-	setup := func(t *testing.T, exp time.Time) (*countingReviews, *clocktesting.FakeClock, *authenticator, string) {
+	half := DefaultCacheTTL / 2
+	setup := func(t *testing.T, exp time.Time) (*countingReviews, *clocktesting.FakeClock, *Authenticator, string) {
 		s := newCountingReviews()
 		clk := clocktesting.NewFakeClock(t0)
 		a := newLimitedAuthenticator(s, clk)
@@ -340,7 +333,7 @@ func TestRefreshAhead(t *testing.T) {
 			t.Fatalf("%d reviews; want the first and one re-review", got)
 		}
 		// Renewed: cached a ttl past the re-review, due again half a ttl after it.
-		clk.Step(DefaultAuthCacheTTL - time.Second)
+		clk.Step(DefaultCacheTTL - time.Second)
 		if _, err := authFrom(a, token, "127.0.0.1:1"); err != nil {
 			t.Fatal(err)
 		}
@@ -379,14 +372,14 @@ func TestRefreshAhead(t *testing.T) {
 		if a.cache.Len() != 0 {
 			t.Fatal("the refused token is still cached")
 		}
-		if _, err := authFrom(a, token, "127.0.0.1:1"); err != errUnauthenticated || s.count.Load() != 2 {
-			t.Fatalf("after the refusal: %v after %d reviews; want errUnauthenticated from the refusal cache", err, s.count.Load())
+		if _, err := authFrom(a, token, "127.0.0.1:1"); err != ErrUnauthenticated || s.count.Load() != 2 {
+			t.Fatalf("after the refusal: %v after %d reviews; want ErrUnauthenticated from the refusal cache", err, s.count.Load())
 		}
 	})
 	t.Run("an error leaves the entry to expire", func(t *testing.T) {
 		s, clk, a, token := setup(t, t0.Add(time.Hour))
 		s.fail.Store(true)
-		for _, at := range []time.Duration{half, DefaultAuthCacheTTL - time.Millisecond} {
+		for _, at := range []time.Duration{half, DefaultCacheTTL - time.Millisecond} {
 			clk.SetTime(t0.Add(at))
 			if _, err := authFrom(a, token, "127.0.0.1:1"); err != nil {
 				t.Fatalf("at t0+%v: %v; want the cached answer", at, err)
@@ -396,8 +389,8 @@ func TestRefreshAhead(t *testing.T) {
 		if got := s.count.Load(); got != 3 {
 			t.Fatalf("%d reviews; want the first and two failed re-reviews", got)
 		}
-		clk.SetTime(t0.Add(DefaultAuthCacheTTL))
-		if _, err := authFrom(a, token, "127.0.0.1:1"); err == nil || err == errUnauthenticated {
+		clk.SetTime(t0.Add(DefaultCacheTTL))
+		if _, err := authFrom(a, token, "127.0.0.1:1"); err == nil || err == ErrUnauthenticated {
 			t.Fatalf("at the ttl: %v; want the API server's error (no cached answer past the ttl)", err)
 		}
 	})
@@ -409,8 +402,8 @@ func TestRefreshAhead(t *testing.T) {
 		}
 		waitIdle(t, a)
 		clk.SetTime(t0.Add(10 * time.Second))
-		if _, err := authFrom(a, token, "127.0.0.1:1"); err != errUnauthenticated || s.count.Load() != 2 {
-			t.Fatalf("at exp: %v after %d reviews; want errUnauthenticated without a review", err, s.count.Load())
+		if _, err := authFrom(a, token, "127.0.0.1:1"); err != ErrUnauthenticated || s.count.Load() != 2 {
+			t.Fatalf("at exp: %v after %d reviews; want ErrUnauthenticated without a review", err, s.count.Load())
 		}
 	})
 }
@@ -440,7 +433,7 @@ func TestSourceOverItsMissRateGets503(t *testing.T) {
 		{"source A over its burst", validToken(t0, clusterIss), "192.0.2.1:9", isBusy},
 		{"source A over its burst (another port)", validToken(t0, clusterIss), "192.0.2.1:10", isBusy},
 		{"source A's cached token", cached, "192.0.2.1:11", func(err error) bool { return err == nil }},
-		{"source A's junk", jwt(`{"aud":"another"}`), "192.0.2.1:12", func(err error) bool { return err == errUnauthenticated }},
+		{"source A's junk", jwt(`{"aud":"another"}`), "192.0.2.1:12", func(err error) bool { return err == ErrUnauthenticated }},
 		{"source B's first miss", validToken(t0, clusterIss), "198.51.100.7:1", func(err error) bool { return err == nil }},
 		{"IPv6 source C's first miss", validToken(t0, clusterIss), "[2001:db8::1]:443", func(err error) bool { return err == nil }},
 	} {
@@ -494,13 +487,13 @@ func TestUnknownIssuersAreReviewedWithinABudget(t *testing.T) {
 		wantIssuers []string
 	}
 	for _, st := range []step{
-		{"nothing learned: any iss is reviewed", 0, "https://one.example", true, errUnauthenticated, true, nil},
-		{"nothing learned: another", 0, "https://two.example", true, errUnauthenticated, true, nil},
+		{"nothing learned: any iss is reviewed", 0, "https://one.example", true, ErrUnauthenticated, true, nil},
+		{"nothing learned: another", 0, "https://two.example", true, ErrUnauthenticated, true, nil},
 		{"a refusal teaches nothing; a success does", 0, clusterIss, false, nil, true, []string{clusterIss}},
 		{"the known issuer needs no budget", 0, clusterIss, false, nil, true, []string{clusterIss}},
-		{"an unknown issuer within the budget", 0, "https://attacker.example", true, errUnauthenticated, true, []string{clusterIss}},
-		{"an unknown issuer over the budget: 401, no review", 0, "https://rotated.example", false, errUnauthenticated, false, []string{clusterIss}},
-		{"over the budget again", 500 * time.Millisecond, "https://rotated.example", false, errUnauthenticated, false, []string{clusterIss}},
+		{"an unknown issuer within the budget", 0, "https://attacker.example", true, ErrUnauthenticated, true, []string{clusterIss}},
+		{"an unknown issuer over the budget: 401, no review", 0, "https://rotated.example", false, ErrUnauthenticated, false, []string{clusterIss}},
+		{"over the budget again", 500 * time.Millisecond, "https://rotated.example", false, ErrUnauthenticated, false, []string{clusterIss}},
 		{"a second later: the rotated issuer is reviewed and learned", 500 * time.Millisecond, "https://rotated.example", false, nil, true, []string{"https://rotated.example", clusterIss}},
 		{"the rotated issuer is known now", 0, "https://rotated.example", false, nil, true, []string{"https://rotated.example", clusterIss}},
 		{"and so is the old one", 0, clusterIss, false, nil, true, []string{clusterIss, "https://rotated.example"}},
@@ -529,7 +522,7 @@ func TestUnknownIssuersAreReviewedWithinABudget(t *testing.T) {
 		src := "203.0.113.5:1"
 		s.refuse.Store(true)
 		for i := 0; i < 100; i++ {
-			if _, err := authFrom(a, validToken(clk.Now(), "https://attacker.example"), src); err != errUnauthenticated {
+			if _, err := authFrom(a, validToken(clk.Now(), "https://attacker.example"), src); err != ErrUnauthenticated {
 				t.Fatalf("unknown issuer %d: %v", i, err)
 			}
 		}

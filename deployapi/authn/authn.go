@@ -1,10 +1,11 @@
-package deployapi
+package authn
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -18,7 +19,6 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
 	authv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/lru"
@@ -50,24 +50,29 @@ func parseServiceAccount(username string) (Identity, bool) {
 
 // Defaults of the TokenReview cache (docs/api.md).
 const (
-	DefaultAuthCacheTTL  = 15 * time.Second
-	DefaultAuthCacheSize = 1024
+	DefaultCacheTTL  = 15 * time.Second
+	DefaultCacheSize = 1024
 )
 
-// refusedTTL is how long a token the TokenReview refused is refused without
+// RefusedTTL is how long a token the TokenReview refused is refused without
 // another review.
-const refusedTTL = 5 * time.Second
+const RefusedTTL = 5 * time.Second
+
+// ErrUnauthenticated: the request carries no bearer token, one refused
+// locally, or one the TokenReview refused. It is the whole answer: no
+// detail of why is given to the caller.
+var ErrUnauthenticated = errors.New("unauthenticated")
 
 // reviewTimeout bounds one TokenReview, which may serve several requests.
 const reviewTimeout = 10 * time.Second
 
-// authenticator checks bearer tokens with TokenReview. Successful reviews are
+// Authenticator checks bearer tokens with TokenReview. Successful reviews are
 // cached by the token's SHA-256 for ttl, but never past the token's own exp
-// claim, in a bounded LRU.
+// claim, in a bounded LRU. It is safe for concurrent use.
 //
 // A bearer token reaches the API server only when nothing here can answer
 // for it, and what unauthenticated callers can make the API server do is
-// bounded (issue 21):
+// bounded:
 //
 //   - Local refusal (401, no review): text that is not JWT-shaped (a
 //     ServiceAccount token always is), and a token whose unverified claims
@@ -89,11 +94,10 @@ const reviewTimeout = 10 * time.Second
 //     token from its source address's bucket (sourceMissRate per second,
 //     burst sourceMissBurst; the source is the host of r.RemoteAddr, the
 //     buckets a bounded LRU of maxSources). An empty bucket answers 503
-//     unavailable with Retry-After: 1 without a review. Cache hits and local
+//     unavailable with Retry-After: 1 without a review (ErrBusy). Cache hits and local
 //     refusals take nothing.
 //   - Concurrency: at most maxConcurrentReviews reviews are in flight. A
-//     miss that gets no slot within slotWait answers 503 unavailable with
-//     Retry-After: 1.
+//     miss that gets no slot within slotWait is ErrBusy too.
 //   - Cached answers: a request whose token is cached (success or refusal)
 //     never waits for a review or a slot. A success older than half the ttl
 //     is still answered from the cache, and starts one background re-review
@@ -105,14 +109,14 @@ const reviewTimeout = 10 * time.Second
 //     when it shares its source address with a flood of misses.
 //
 // Concurrent requests with the same uncached token wait for one review; a
-// token the review refused is refused for refusedTTL without another (a
+// token the review refused is refused for RefusedTTL without another (a
 // bounded LRU too). Errors of the API server are never cached. Only the
 // token's hash is kept past its review; no token, hash or Authorization
 // header is logged.
 //
 // Every time read goes through clock (the rate limits too); the slot wait
 // is a duration on a timer, not a time read.
-type authenticator struct {
+type Authenticator struct {
 	reviews  authv1client.TokenReviewInterface
 	audience string
 	clock    clock.PassiveClock
@@ -144,12 +148,12 @@ type cachedReview struct {
 	refreshAt time.Time
 }
 
-func newAuthenticator(kube kubernetes.Interface, audience string, clk clock.PassiveClock, ttl time.Duration, size int) *authenticator {
-	return newAuthenticatorFor(kube.AuthenticationV1().TokenReviews(), audience, clk, ttl, size)
-}
-
-func newAuthenticatorFor(reviews authv1client.TokenReviewInterface, audience string, clk clock.PassiveClock, ttl time.Duration, size int) *authenticator {
-	return &authenticator{reviews: reviews, audience: audience, clock: clk, ttl: ttl, cache: lru.New(size), refused: lru.New(size),
+// New is an Authenticator that sends its reviews to reviews (a client's
+// TokenReviews()) and accepts tokens for audience; ttl and size bound its
+// cache of successes (DefaultCacheTTL, DefaultCacheSize), and every time
+// read goes through clk.
+func New(reviews authv1client.TokenReviewInterface, audience string, clk clock.PassiveClock, ttl time.Duration, size int) *Authenticator {
+	return &Authenticator{reviews: reviews, audience: audience, clock: clk, ttl: ttl, cache: lru.New(size), refused: lru.New(size),
 		limits: newReviewLimits()}
 }
 
@@ -164,18 +168,19 @@ func bearerToken(r *http.Request) (string, bool) {
 	return token, token != "" && len(token) <= 16<<10
 }
 
-// authenticate returns the caller's identity, errUnauthenticated, a 503
-// unavailable when the review may not be sent now (the source's rate, no
-// free slot), or an error of the API server (which maps to 503/500).
-func (a *authenticator) authenticate(ctx context.Context, r *http.Request) (Identity, error) {
+// Authenticate returns the caller's identity; ErrUnauthenticated; an error
+// that wraps ErrBusy when the review may not be sent now (the source's rate,
+// no free slot: answer 503 with Retry-After BusyRetryAfterSeconds); or the
+// review's error (the API server's, or the request's context ended).
+func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (Identity, error) {
 	token, ok := bearerToken(r)
 	if !ok {
-		return Identity{}, errUnauthenticated
+		return Identity{}, ErrUnauthenticated
 	}
 	c, ok := parseClaims(token)
 	now := a.clock.Now()
 	if !ok || !a.plausible(c, now) {
-		return Identity{}, errUnauthenticated
+		return Identity{}, ErrUnauthenticated
 	}
 	key := sha256.Sum256([]byte(token))
 	if id, hit, refresh, err := a.cached(key, now); hit {
@@ -216,7 +221,7 @@ func (a *authenticator) authenticate(ctx context.Context, r *http.Request) (Iden
 // group: once running is 0, the next call starts a review of its own. A
 // panic is an error for each caller (singleflight's DoChan would re-raise
 // it where nothing can recover it).
-func (a *authenticator) flight(key [sha256.Size]byte, review func() (Identity, error)) <-chan singleflight.Result {
+func (a *Authenticator) flight(key [sha256.Size]byte, review func() (Identity, error)) <-chan singleflight.Result {
 	a.running.Add(1)
 	ch := a.inFlight.DoChan(string(key[:]), func() (id any, err error) {
 		defer func() {
@@ -237,22 +242,22 @@ func (a *authenticator) flight(key [sha256.Size]byte, review func() (Identity, e
 
 // admitAndReview sends the review of a miss if the limits let it: the
 // issuer budget (an unknown issuer), the source's rate, a free slot.
-func (a *authenticator) admitAndReview(ctx context.Context, r *http.Request, token string, c claims, key [sha256.Size]byte, knownIssuer bool) (Identity, error) {
+func (a *Authenticator) admitAndReview(ctx context.Context, r *http.Request, token string, c claims, key [sha256.Size]byte, knownIssuer bool) (Identity, error) {
 	now := a.clock.Now()
 	// An unknown issuer over its budget is a local refusal: it must not
 	// take from the source's bucket, so look before taking.
 	if !knownIssuer && !a.limits.unknownIssuerAvailable(now) {
-		return Identity{}, errUnauthenticated
+		return Identity{}, ErrUnauthenticated
 	}
 	if !a.limits.takeSource(sourceOf(r), now) {
-		return Identity{}, errReviewsBusy(errSourceOverRate)
+		return Identity{}, errSourceOverRate
 	}
 	if !knownIssuer && !a.limits.takeUnknownIssuer(now) {
-		return Identity{}, errUnauthenticated
+		return Identity{}, ErrUnauthenticated
 	}
 	release, ok := a.limits.acquire(a.limits.slotWait)
 	if !ok {
-		return Identity{}, errReviewsBusy(errNoReviewSlot)
+		return Identity{}, errNoReviewSlot
 	}
 	defer release()
 	// The review may answer other requests too: it does not end with this
@@ -267,7 +272,7 @@ func (a *authenticator) admitAndReview(ctx context.Context, r *http.Request, tok
 // never blocks: the request is answered from the cache. A miss of the same
 // token (the entry expired meanwhile) joins this review instead of sending
 // another.
-func (a *authenticator) refreshAhead(ctx context.Context, token string, c claims, key [sha256.Size]byte) {
+func (a *Authenticator) refreshAhead(ctx context.Context, token string, c claims, key [sha256.Size]byte) {
 	bg := context.WithoutCancel(ctx)
 	a.flight(key, func() (Identity, error) { return a.refresh(bg, token, c, key) })
 }
@@ -275,7 +280,7 @@ func (a *authenticator) refreshAhead(ctx context.Context, token string, c claims
 // refresh re-reviews a cached success. It takes no source token; it waits
 // for a slot at most until the entry expires (it holds no request). A
 // refusal removes the entry (review does); an error leaves it to expire.
-func (a *authenticator) refresh(ctx context.Context, token string, c claims, key [sha256.Size]byte) (Identity, error) {
+func (a *Authenticator) refresh(ctx context.Context, token string, c claims, key [sha256.Size]byte) (Identity, error) {
 	wait := reviewTimeout
 	if v, ok := a.cache.Get(key); ok {
 		if left := v.(cachedReview).expires.Sub(a.clock.Now()); left < wait {
@@ -284,7 +289,7 @@ func (a *authenticator) refresh(ctx context.Context, token string, c claims, key
 	}
 	release, ok := a.limits.acquire(wait)
 	if !ok {
-		return Identity{}, errReviewsBusy(errNoReviewSlot)
+		return Identity{}, errNoReviewSlot
 	}
 	defer release()
 	rctx, cancel := context.WithTimeout(ctx, reviewTimeout)
@@ -293,9 +298,9 @@ func (a *authenticator) refresh(ctx context.Context, token string, c claims, key
 }
 
 // cached is the cached answer for key: a live success, or a live refusal
-// (errUnauthenticated); hit is false when there is none. refresh is true for
+// (ErrUnauthenticated); hit is false when there is none. refresh is true for
 // a success due for its background re-review.
-func (a *authenticator) cached(key [sha256.Size]byte, now time.Time) (id Identity, hit, refresh bool, err error) {
+func (a *Authenticator) cached(key [sha256.Size]byte, now time.Time) (id Identity, hit, refresh bool, err error) {
 	if v, ok := a.cache.Get(key); ok {
 		if c := v.(cachedReview); now.Before(c.expires) {
 			return c.id, true, !now.Before(c.refreshAt), nil
@@ -304,7 +309,7 @@ func (a *authenticator) cached(key [sha256.Size]byte, now time.Time) (id Identit
 	}
 	if v, ok := a.refused.Get(key); ok {
 		if now.Before(v.(time.Time)) {
-			return Identity{}, true, false, errUnauthenticated
+			return Identity{}, true, false, ErrUnauthenticated
 		}
 		a.refused.Remove(key)
 	}
@@ -312,9 +317,9 @@ func (a *authenticator) cached(key [sha256.Size]byte, now time.Time) (id Identit
 }
 
 // review asks the API server and caches the answer: success until the
-// cache ttl or the token's exp, refusal for refusedTTL (and no success
+// cache ttl or the token's exp, refusal for RefusedTTL (and no success
 // cached any more). A success teaches the token's issuer.
-func (a *authenticator) review(ctx context.Context, token string, c claims, key [sha256.Size]byte) (Identity, error) {
+func (a *Authenticator) review(ctx context.Context, token string, c claims, key [sha256.Size]byte) (Identity, error) {
 	rv, err := a.reviews.Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{a.audience}},
 	}, metav1.CreateOptions{})
@@ -326,8 +331,8 @@ func (a *authenticator) review(ctx context.Context, token string, c claims, key 
 	id, ok := parseServiceAccount(st.User.Username)
 	if !reviewAccepts(st, a.audience) || !ok {
 		a.cache.Remove(key)
-		a.refused.Add(key, now.Add(refusedTTL))
-		return Identity{}, errUnauthenticated
+		a.refused.Add(key, now.Add(RefusedTTL))
+		return Identity{}, ErrUnauthenticated
 	}
 	a.learnIssuer(c.iss)
 	if c.hasExp {
@@ -345,20 +350,20 @@ func (a *authenticator) review(ctx context.Context, token string, c claims, key 
 // plausible reports whether a token's unverified claims could pass the
 // review: our audience among aud, an exp after now, an iss that is a string
 // (if any). The issuer set is checked on a miss only.
-func (a *authenticator) plausible(c claims, now time.Time) bool {
+func (a *Authenticator) plausible(c claims, now time.Time) bool {
 	return a.audience != "" && c.hasAudience(a.audience) && c.hasExp && now.Before(c.exp) && c.issOK
 }
 
 // issuerKnownLocked reports whether iss may be reviewed without the
 // unknown-issuer budget: none is known yet, or it is one of them. a.mu is
 // held.
-func (a *authenticator) issuerKnownLocked(iss string) bool {
+func (a *Authenticator) issuerKnownLocked(iss string) bool {
 	return len(a.issuers) == 0 || slices.Contains(a.issuers, iss)
 }
 
 // learnIssuer remembers iss, the issuer of a token a review accepted, as the
 // most recently confirmed one; the set keeps at most maxIssuers.
-func (a *authenticator) learnIssuer(iss string) {
+func (a *Authenticator) learnIssuer(iss string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.issuers) > 0 && a.issuers[0] == iss {
@@ -384,7 +389,7 @@ func jwtShaped(token string) bool {
 // authenticates the token for it. The TokenReview API leaves checking the
 // audience to the client: status.audiences must contain ours. An empty
 // status.audiences means the token is valid for the API server's own
-// audience (or the authenticator ignored spec.audiences), not for ours.
+// audience (or the Authenticator ignored spec.audiences), not for ours.
 func reviewAccepts(st authenticationv1.TokenReviewStatus, audience string) bool {
 	return st.Authenticated && audience != "" && slices.Contains(st.Audiences, audience)
 }

@@ -1,4 +1,4 @@
-package deployapi
+package authn
 
 import (
 	"context"
@@ -32,7 +32,7 @@ func jwt(payload string) string {
 // The rest of the suite uses real TokenReviews against envtest's
 // kube-apiserver. This one is a stub because the real kube-apiserver never
 // returns an empty status.audiences for a review with spec.audiences; an
-// authenticator that is not audience aware (a webhook, an older server) does,
+// Authenticator that is not audience aware (a webhook, an older server) does,
 // and only a stub can play it.
 func fakeReviews(t *testing.T, audiences []string, reviews *int) *stubReviews {
 	t.Helper()
@@ -61,10 +61,10 @@ func (s *stubReviews) Create(_ context.Context, in *authenticationv1.TokenReview
 	return tr, nil
 }
 
-func authenticateToken(a *authenticator, token string) (Identity, error) {
+func authenticateToken(a *Authenticator, token string) (Identity, error) {
 	r, _ := http.NewRequest(http.MethodGet, "/", nil)
 	r.Header.Set("Authorization", "Bearer "+token)
-	return a.authenticate(context.Background(), r)
+	return a.Authenticate(context.Background(), r)
 }
 
 func TestReviewWithoutOurAudienceIsRejected(t *testing.T) {
@@ -72,21 +72,21 @@ func TestReviewWithoutOurAudienceIsRejected(t *testing.T) {
 		name      string
 		audiences []string
 	}{
-		{"audience-unaware authenticator: empty status.audiences", nil},
+		{"audience-unaware Authenticator: empty status.audiences", nil},
 		{"another audience", []string{"https://kubernetes.default.svc.cluster.local"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var reviews int
 			clk := clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
-			a := newAuthenticatorFor(fakeReviews(t, tc.audiences, &reviews), "bloodraven-deploy", clk, time.Minute, 8)
+			a := New(fakeReviews(t, tc.audiences, &reviews), "bloodraven-deploy", clk, time.Minute, 8)
 			token := jwt(`{"aud":["bloodraven-deploy"],"exp":` + itoa(clk.Now().Add(time.Hour).Unix()) + `}`)
 			for i := 0; i < 2; i++ {
-				if id, err := authenticateToken(a, token); err != errUnauthenticated {
-					t.Fatalf("authenticate = %+v, %v; want errUnauthenticated", id, err)
+				if id, err := authenticateToken(a, token); err != ErrUnauthenticated {
+					t.Fatalf("authenticate = %+v, %v; want ErrUnauthenticated", id, err)
 				}
 			}
 			if reviews != 1 || a.cache.Len() != 0 {
-				t.Fatalf("%d reviews, %d cached; a rejected review must not be cached as a success, and is not repeated for %v", reviews, a.cache.Len(), refusedTTL)
+				t.Fatalf("%d reviews, %d cached; a rejected review must not be cached as a success, and is not repeated for %v", reviews, a.cache.Len(), RefusedTTL)
 			}
 		})
 	}
@@ -96,7 +96,7 @@ func TestCachedReviewExpiresWithTheToken(t *testing.T) {
 	var reviews int
 	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(t0)
-	a := newAuthenticatorFor(fakeReviews(t, []string{"bloodraven-deploy"}, &reviews), "bloodraven-deploy", clk, time.Minute, 8)
+	a := New(fakeReviews(t, []string{"bloodraven-deploy"}, &reviews), "bloodraven-deploy", clk, time.Minute, 8)
 	token := jwt(`{"aud":["bloodraven-deploy"],"exp":` + itoa(t0.Add(30*time.Second).Unix()) + `,"sub":"system:serviceaccount:ns:sa"}`)
 	want := Identity{Namespace: "ns", ServiceAccount: "sa"}
 	step := func(at time.Duration, wantReviews int) {
@@ -116,8 +116,8 @@ func TestCachedReviewExpiresWithTheToken(t *testing.T) {
 	// The TTL (1 minute) has not run out, but the token has: no cached
 	// answer, and an expired token is refused without a review.
 	clk.SetTime(t0.Add(30 * time.Second))
-	if id, err := authenticateToken(a, token); err != errUnauthenticated || reviews != 1 {
-		t.Fatalf("at exp: authenticate = %+v, %v after %d reviews; want errUnauthenticated and still 1 review", id, err, reviews)
+	if id, err := authenticateToken(a, token); err != ErrUnauthenticated || reviews != 1 {
+		t.Fatalf("at exp: authenticate = %+v, %v after %d reviews; want ErrUnauthenticated and still 1 review", id, err, reviews)
 	}
 }
 
@@ -126,8 +126,8 @@ func TestCachedReviewExpiresWithTheToken(t *testing.T) {
 func TestTextThatIsNoJWTCostsNoReview(t *testing.T) {
 	for _, token := range []string{"opaque-token", "a.b", "a.b.c.d", "x." + "e30" + ".", ".e30.x", "x.bm90LWpzb24.x", "x.W10.x"} {
 		var reviews int
-		a := newAuthenticatorFor(fakeReviews(t, []string{"bloodraven-deploy"}, &reviews), "bloodraven-deploy", clocktesting.NewFakeClock(time.Now()), time.Minute, 8)
-		if _, err := authenticateToken(a, token); err != errUnauthenticated || reviews != 0 {
+		a := New(fakeReviews(t, []string{"bloodraven-deploy"}, &reviews), "bloodraven-deploy", clocktesting.NewFakeClock(time.Now()), time.Minute, 8)
+		if _, err := authenticateToken(a, token); err != ErrUnauthenticated || reviews != 0 {
 			t.Fatalf("%q: %v after %d reviews; want unauthenticated and none", token, err, reviews)
 		}
 	}
@@ -224,7 +224,7 @@ func TestConcurrentMissesForOneTokenAreOneReview(t *testing.T) {
 	g := &gatedReviews{stubReviews: stubReviews{t: t, audiences: []string{"bloodraven-deploy"}},
 		started: make(chan struct{}, 64), release: make(chan struct{})}
 	clk := clocktesting.NewFakeClock(time.Now())
-	a := newAuthenticatorFor(g, "bloodraven-deploy", clk, DefaultAuthCacheTTL, 16)
+	a := New(g, "bloodraven-deploy", clk, DefaultCacheTTL, 16)
 	token := jwt(`{"aud":"bloodraven-deploy","exp":` + strconv.FormatInt(clk.Now().Add(time.Hour).Unix(), 10) + `}`)
 	const n = 20
 	var wg sync.WaitGroup
@@ -240,7 +240,7 @@ func TestConcurrentMissesForOneTokenAreOneReview(t *testing.T) {
 			}
 			r, _ := http.NewRequestWithContext(ctx, http.MethodGet, "/", nil)
 			r.Header.Set("Authorization", "Bearer "+token)
-			id, err := a.authenticate(ctx, r)
+			id, err := a.Authenticate(ctx, r)
 			if i != 0 && (err != nil || id.ServiceAccount != "sa") {
 				errs <- fmt.Errorf("request %d: %v %+v", i, err, id)
 			}
@@ -267,7 +267,7 @@ func TestAMissAsAReviewFinishesCostsNoSecondReview(t *testing.T) {
 	g := &gatedReviews{stubReviews: stubReviews{t: t, audiences: []string{"bloodraven-deploy"}},
 		started: make(chan struct{}, 64), release: make(chan struct{})}
 	clk := clocktesting.NewFakeClock(time.Now())
-	a := newAuthenticatorFor(g, "bloodraven-deploy", clk, DefaultAuthCacheTTL, 16)
+	a := New(g, "bloodraven-deploy", clk, DefaultCacheTTL, 16)
 	token := jwt(`{"aud":"bloodraven-deploy","exp":` + strconv.FormatInt(clk.Now().Add(time.Hour).Unix(), 10) + `}`)
 	first := make(chan struct{})
 	var misses atomic.Int64
@@ -294,5 +294,21 @@ func TestAMissAsAReviewFinishesCostsNoSecondReview(t *testing.T) {
 	}
 	if got := g.count.Load(); got != 1 {
 		t.Fatalf("%d reviews; the second request should have used the first review's answer", got)
+	}
+}
+
+func TestParseServiceAccountAcceptsOnlyServiceAccounts(t *testing.T) {
+	tests := map[string]bool{
+		"system:serviceaccount:app:deploy": true,
+		"system:serviceaccount:app":        false,
+		"system:serviceaccount::deploy":    false,
+		"admin":                            false,
+		"system:node:worker-1":             false,
+		"system:serviceaccount:App:deploy": false,
+	}
+	for user, want := range tests {
+		if _, ok := parseServiceAccount(user); ok != want {
+			t.Errorf("%q: accepted=%v, want %v", user, ok, want)
+		}
 	}
 }
