@@ -147,3 +147,43 @@ func TestARunWhoseRecordWasReplacedUnseenEndsUnknown(t *testing.T) {
 		t.Fatalf("op-2: %+v", r.Status)
 	}
 }
+
+// The promotion's reconcile fences and revokes, and writes no history: the
+// revoked migration's DeployRun and its database's verification gate
+// follow on the next pass, which it asks for at once, at ordinary priority.
+func TestThePromotionsPassRevokesAndLeavesRunsAndGatesToTheNextPass(t *testing.T) {
+	f := newFixture(t, true)
+	f.settle()
+	tok := f.ddlLease("op-1", 120)
+	f.driver.Kill(f.group, "iad")
+	res := f.settle()
+	f.clock.Step(res.RequeueAfter)
+	res = f.reconcile() // the emergency promotion of pdx
+	if g := f.get(); g.Status.ActiveSite != "pdx" || g.Status.TopologyGeneration != 2 {
+		t.Fatalf("after the budget: %s/%d", g.Status.ActiveSite, g.Status.TopologyGeneration)
+	}
+	//lint:ignore SA1019 Requeue marks "probe again now" (see Reconcile)
+	if !res.Requeue || res.Priority == nil || *res.Priority != 0 {
+		t.Fatalf("the promotion's pass asked for %+v, want a requeue at once at ordinary priority", res)
+	}
+	if r := f.runOf("op-1"); r.Status.Outcome != bloodravenv1alpha1.DeployRunRunning {
+		t.Fatalf("the promotion's pass wrote the run's history: %+v", r.Status)
+	}
+	if p := f.database().Status.PendingVerification; p != nil {
+		t.Fatalf("the promotion's pass closed the gate: %+v", p)
+	}
+	if len(f.events("DeploymentLeaseRevoked", 1)) != 1 {
+		t.Fatal("the promotion's pass did not announce the revocation")
+	}
+
+	f.reconcile()
+	if r := f.runOf("op-1"); r.Status.Outcome != bloodravenv1alpha1.DeployRunRevoked || r.Status.RevocationReason != "topology_changed" {
+		t.Fatalf("run after the next pass: %+v", r.Status)
+	}
+	if p := f.database().Status.PendingVerification; p == nil || p.OperationID != "op-1" || p.Reason != "topology_changed" {
+		t.Fatalf("pendingVerification after the next pass: %+v", p)
+	}
+	if r := f.renew("migration", "op-1", tok); r.status != http.StatusConflict || r.body["reason"] != "topology_changed" {
+		t.Fatalf("renewal after the move: %d %v", r.status, r.body)
+	}
+}

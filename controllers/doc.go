@@ -1,18 +1,22 @@
 // Package controllers holds the MysqlFailoverGroup controller: it keeps the
-// topology bookkeeping (active site, the topologyGeneration fence), takes the
+// group's topology (active site, the topologyGeneration fence), takes the
 // safety paths, runs the planned operations behind the admission gate, and
 // keeps the stored deployment leases in line with their effect.
 //
 // Each reconcile runs four steps in a fixed order (docs/leases.md, "The
 // reconcile"):
 //
-//  1. safety paths (topology.go): probe, policy.DecideTopology, act. They
+//  1. safety paths (safety.go): probe, policy.DecideSafety, act. They
 //     take no lease input: completing or rolling back a transition,
 //     bootstrap, fencing a returning old primary, emergency failover after
 //     the detection budget, reasserting the primary, rejoining a fenced site;
-//  2. lease bookkeeping (leases.go): revocations (revoke annotation,
-//     stale generation), expiries, leftovers of a deleted group of the same
-//     name, decided by policy.DecideBookkeeping. A failure is logged,
+//  2. lease bookkeeping (leases.go), as named steps decided by
+//     policy.DecideBookkeeping: fence (revoke annotation, stale
+//     generation), ends (expiries, leftovers of a deleted group of the same
+//     name), announcements, and history (the verification gate, the
+//     DeployRuns). A pass whose step 1 acted (a promotion among them)
+//     requeues at once and leaves the history to that next pass, so the
+//     urgent reconcile writes only what fences. A failure is logged,
 //     counted and retried; it never returns early;
 //  3. planned operations (admission.go, planned_failover.go,
 //     ordered_update.go, restore_in_place.go): a removed or replaced request

@@ -114,7 +114,7 @@ func (r *GroupReconciler) driver() topology.Driver {
 // Reconcile brings one group a step closer to its desired state, in a fixed
 // order that makes the safety rules structural:
 //
-//  1. the safety paths (probe, policy.DecideTopology, act) run first, from
+//  1. the safety paths (probe, policy.DecideSafety, act) run first, from
 //     their own inputs; they never read a deployment lease;
 //  2. lease bookkeeping runs next as its own step; its errors are logged
 //     and retried, and never return early;
@@ -155,13 +155,16 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("probe: %w", err)
 	}
-	acted, err := r.reconcileTopology(ctx, g, sites, &st)
+	acted, err := r.reconcileSafety(ctx, g, sites, &st)
 	// 2. Lease bookkeeping (the finalizer, for a group being deleted): after
-	// step 1, and never in its way.
+	// step 1, and never in its way. A pass whose step 1 acted requeues at
+	// once and leaves the history (runs, gates) to that next pass.
 	if deleting {
 		err = errors.Join(err, r.finalize(ctx, g))
 	} else {
-		r.reconcileLeases(ctx, g, &st, false)
+		p := routinePass
+		p.history = !acted
+		r.reconcileLeases(ctx, g, &st, p)
 	}
 	if err != nil {
 		// A loss marked or cleared in step 1 is persisted even so: a

@@ -19,20 +19,48 @@ import (
 	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
-// reconcileLeases makes the stored deployment leases match their effect:
-// revocations (the revoke annotation, or leases granted under another
-// generation), expiries, and leftovers of a deleted group of the same name.
-// It is its own step: a failing Lease read or write (throttling, a denied
-// update, a broken object) is logged and retried after bookkeepingRetry, and
-// never stops the safety paths, which ran before it and read no lease. The
-// fence does not depend on it: the deployment API compares every lease's
-// generation with the group's on every request.
+// leasePass says which bookkeeping steps a pass of reconcileLeases runs.
+type leasePass struct {
+	// fresh reads the leases from the API server at once (the promotion,
+	// right after the generation moved, when the cache may not hold a lease
+	// granted just before); otherwise the cache proposes and a fresh read
+	// confirms.
+	fresh bool
+	// history runs the history step (the verification gate and the
+	// DeployRuns). The promotion's pass, and every pass whose safety step
+	// acted on the data plane, leave it out: that reconcile is urgent, and
+	// it requeues the group at once, at the priority its new state earns
+	// (ordinary, once the primary is settled), where the history follows.
+	history bool
+}
+
+// The passes of reconcileLeases: the reconcile's own, which runs every
+// step unless its safety step acted, and the promotion's, which fences.
+var (
+	promotionPass = leasePass{fresh: true}
+	routinePass   = leasePass{history: true}
+)
+
+// reconcileLeases makes the stored deployment leases match their effect,
+// as named steps in a fixed order:
 //
-// fresh reads the leases from the API server at once (promote, right after
-// the generation moved, when the cache may not hold a lease granted just
-// before); otherwise the cache proposes and a fresh read confirms.
-func (r *GroupReconciler) reconcileLeases(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, st *passOutcome, fresh bool) {
-	recheck, err := r.bookkeep(ctx, g, fresh)
+//  1. fence (fence): revoke what the revoke annotation or a newer
+//     generation fences, and announce those revocations;
+//  2. ends (recordEnds): record expiries; delete leftovers of a deleted
+//     group of the same name and history past its ttl;
+//  3. announcements (announcePending): announce the revocations the
+//     deployment API wrote (a renewal, release or re-grant that noticed
+//     the move first);
+//  4. history (followMigration): the migration's verification gate and
+//     its DeployRuns; only in a pass with p.history.
+//
+// It is its own reconcile step: a failing Lease read or write (throttling,
+// a denied update, a broken object) is logged and retried after
+// bookkeepingRetry, and never stops the safety paths, which ran before it
+// and read no lease. The fence does not depend on it: the deployment API
+// compares every lease's generation with the group's on every request.
+func (r *GroupReconciler) reconcileLeases(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, st *passOutcome, p leasePass) {
+	recheck, err := r.bookkeep(ctx, g, p)
 	if st != nil && !recheck.IsZero() {
 		st.after(recheck.Sub(r.Clock.Now()))
 	}
@@ -48,14 +76,31 @@ func (r *GroupReconciler) reconcileLeases(ctx context.Context, g *bloodravenv1al
 	}
 }
 
-// bookkeep decides from the cache; only a decision that would write (a
-// revocation, an expiry, a foreign lease) is taken again from a fresh read,
-// and the writes carry the resourceVersions of that read. A routine pass
-// with nothing to do costs the API server nothing.
+// bookkeep runs the steps of p. It decides from the cache; only a decision
+// that would write (a revocation, an expiry, a foreign lease) is taken
+// again from a fresh read, and the writes carry the resourceVersions of
+// that read. A routine pass with nothing to do costs the API server
+// nothing.
 //
 // recheck, when set, is when a fenced record that may be a grant in flight
 // is to be decided again (policy.Bookkeeping.RecheckAt).
-func (r *GroupReconciler) bookkeep(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, fresh bool) (recheck time.Time, err error) {
+func (r *GroupReconciler) bookkeep(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, p leasePass) (recheck time.Time, err error) {
+	d, objOf, err := r.decideLeases(ctx, g, p.fresh)
+	if err != nil {
+		return time.Time{}, err
+	}
+	mig, fenceErr := r.fence(ctx, g, d, objOf)
+	errs := []error{fenceErr, r.recordEnds(ctx, g, d, objOf), r.announcePending(ctx, g)}
+	if p.history {
+		errs = append(errs, r.followMigration(ctx, g, mig))
+	}
+	return d.RecheckAt, errors.Join(errs...)
+}
+
+// decideLeases is policy.DecideBookkeeping on the group's leases: read from
+// the cache unless fresh, and read again fresh when the cached decision
+// would write anything (or the revoke annotation stands).
+func (r *GroupReconciler) decideLeases(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, fresh bool) (policy.Bookkeeping, map[*leases.Record]*leasestore.Object, error) {
 	_, annotated := g.Annotations[bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation]
 	move := leasestore.MoveOf(g)
 	decide := func(fresh bool) (policy.Bookkeeping, map[*leases.Record]*leasestore.Object, error) {
@@ -68,69 +113,75 @@ func (r *GroupReconciler) bookkeep(ctx context.Context, g *bloodravenv1alpha1.My
 			Generation: move.Generation, MovedAt: move.At, RevokeAll: annotated, Leases: recs}), objOf, nil
 	}
 	d, objOf, err := decide(fresh)
-	if err != nil {
-		return time.Time{}, err
+	if err != nil || fresh {
+		return d, objOf, err
 	}
-	if !fresh && (annotated || len(d.Revoke) > 0 || len(d.Expire) > 0 || len(d.Foreign) > 0 || len(d.Delete) > 0) {
-		if d, objOf, err = decide(true); err != nil {
-			return time.Time{}, err
-		}
+	if annotated || len(d.Revoke) > 0 || len(d.Expire) > 0 || len(d.Foreign) > 0 || len(d.Delete) > 0 {
+		return decide(true)
 	}
-	recheck = d.RecheckAt
+	return d, objOf, nil
+}
 
-	var errs []error
-	mig := migrationOf(objOf)
+// fence is step 1: it revokes d.Revoke and, when the revoke annotation
+// stands and those revocations succeeded, removes it and revokes the grants
+// that landed behind it (revokeLateGrants). mig is the group's migration
+// record as it stands after the step: what a revocation wrote, else what
+// was read.
+func (r *GroupReconciler) fence(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, d policy.Bookkeeping, objOf map[*leases.Record]*leasestore.Object) (mig *leases.Record, err error) {
+	mig = migrationOf(objOf)
 	written, err := r.revoke(ctx, g, d.Revoke, d.Reason)
 	if w := leases.MigrationOf(written); w != nil {
 		mig = w // what the revocation wrote, not what was read
 	}
-	if err != nil {
-		errs = append(errs, err)
-	} else if annotated {
-		removedAt := r.Clock.Now()
-		patch := client.MergeFrom(g.DeepCopy())
-		delete(g.Annotations, bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation)
-		if err := r.Client.Patch(ctx, g, patch); err != nil {
-			errs = append(errs, fmt.Errorf("remove %s: %w", bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation, err))
-		} else if w, err := r.revokeLateGrants(ctx, g, removedAt); err != nil {
-			errs = append(errs, err)
-		} else if m := leases.MigrationOf(w); m != nil {
-			mig = m
-		}
+	if _, annotated := g.Annotations[bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation]; err != nil || !annotated {
+		return mig, err
 	}
-	// Each write carries the resourceVersion the decision was made on: a
-	// record that changed since (a renewal) is left for the next pass.
+	removedAt := r.Clock.Now()
+	patch := client.MergeFrom(g.DeepCopy())
+	delete(g.Annotations, bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation)
+	if err := r.Client.Patch(ctx, g, patch); err != nil {
+		return mig, fmt.Errorf("remove %s: %w", bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation, err)
+	}
+	w, err := r.revokeLateGrants(ctx, g, removedAt)
+	if m := leases.MigrationOf(w); m != nil {
+		mig = m
+	}
+	return mig, err
+}
+
+// recordEnds is step 2. Each write carries the resourceVersion the decision
+// was made on: a record that changed since (a renewal) is left for the next
+// pass. Foreign records, and holds ended longer ago than their ttl (history
+// is bounded), are deleted.
+func (r *GroupReconciler) recordEnds(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, d policy.Bookkeeping, objOf map[*leases.Record]*leasestore.Object) error {
+	var errs []error
 	for _, rec := range d.Expire {
 		if _, err := r.Leases.Update(ctx, g, objOf[rec], rec.Expired()); err != nil && !apierrors.IsConflict(err) {
 			errs = append(errs, fmt.Errorf("record %s lease of %s as expired: %w", rec.Kind, rec.OperationID, err))
 		}
 	}
-	// Foreign records, and holds ended longer ago than their ttl (history
-	// is bounded), are deleted with the resourceVersion they were read at.
 	for _, rec := range append(d.Foreign, d.Delete...) {
 		if err := r.Leases.Delete(ctx, objOf[rec]); err != nil && !apierrors.IsConflict(err) {
 			errs = append(errs, err)
 		}
 	}
-	// A migration that ended past its DDL boundary without confirming its
-	// end closes its database's gate (the deployment API closes it too,
-	// before it takes such a mutex over; whoever comes first writes it).
-	if err := r.closeGate(ctx, g, mig); err != nil {
-		errs = append(errs, err)
-	}
-	if err := r.syncRuns(ctx, g, mig); err != nil {
-		errs = append(errs, err)
-	}
-	// Revocations written by the deployment API (a renewal, release or
-	// re-grant that noticed the move first) are announced here.
+	return errors.Join(errs...)
+}
+
+// announcePending is step 3: the revocations the deployment API wrote (a
+// renewal, release or re-grant that noticed the move first) are announced
+// here, once (announce).
+func (r *GroupReconciler) announcePending(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) error {
 	pending, err := r.Leases.PendingTombstones(ctx, g.Namespace, g.Name)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	if err := r.announce(ctx, g, pending); err != nil {
-		errs = append(errs, err)
-	}
-	return recheck, errors.Join(errs...)
+	return errors.Join(err, r.announce(ctx, g, pending))
+}
+
+// followMigration is step 4, the history: a migration that ended past its
+// DDL boundary without confirming its end closes its database's gate (the
+// deployment API closes it too, before it takes such a mutex over; whoever
+// comes first writes it), and the group's DeployRuns follow mig.
+func (r *GroupReconciler) followMigration(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, mig *leases.Record) error {
+	return errors.Join(r.closeGate(ctx, g, mig), r.syncRuns(ctx, g, mig))
 }
 
 // revokeLateGrants revokes (operator_revoked) every operation with a live

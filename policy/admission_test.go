@@ -113,64 +113,64 @@ var (
 	down = func(n string) topology.SiteState { return topology.SiteState{Name: n} }
 )
 
-func TestDecideTopology(t *testing.T) {
+func TestDecideSafety(t *testing.T) {
 	lost := func(ago time.Duration) time.Time { return t0.Add(-ago) }
 	budget := 30 * time.Second
 	tests := map[string]struct {
-		in       TopologyInput
-		want     TopologyAction
+		in       SafetyInput
+		want     SafetyAction
 		wantSite string
 	}{
-		"healthy":              {in: TopologyInput{ActiveSite: "iad", Sites: sites(primary("iad"), replica("pdx", 0))}, want: ActionNone},
-		"transition in flight": {in: TopologyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0}, Sites: sites(down("iad"), replica("pdx", 0))}, want: ActionResume, wantSite: "pdx"},
+		"healthy":              {in: SafetyInput{ActiveSite: "iad", Sites: sites(primary("iad"), replica("pdx", 0))}, want: ActionNone},
+		"transition in flight": {in: SafetyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0}, Sites: sites(down("iad"), replica("pdx", 0))}, want: ActionResume, wantSite: "pdx"},
 		"a transition whose target is unreachable reopens nothing": {
-			in: TopologyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Hour), Failures: 9}, PromoteTimeout: time.Minute,
+			in: SafetyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Hour), Failures: 9}, PromoteTimeout: time.Minute,
 				Sites: sites(replica("iad", 0), down("pdx"))}, want: ActionNone},
 		"a failing transition is retried within the promote timeout": {
-			in: TopologyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Hour), FailingSince: t0.Add(-30 * time.Second), Failures: 5}, PromoteTimeout: time.Minute,
+			in: SafetyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Hour), FailingSince: t0.Add(-30 * time.Second), Failures: 5}, PromoteTimeout: time.Minute,
 				Sites: sites(replica("iad", 0), replica("pdx", 0))}, want: ActionResume, wantSite: "pdx"},
 		"a transition past its timeout without failures is retried": {
-			in: TopologyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Hour)}, PromoteTimeout: time.Minute,
+			in: SafetyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Hour)}, PromoteTimeout: time.Minute,
 				Sites: sites(replica("iad", 0), replica("pdx", 0))}, want: ActionResume, wantSite: "pdx"},
 		"a transition that keeps failing is rolled back, its target fenced": {
-			in: TopologyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Minute), FailingSince: t0.Add(-time.Minute), Failures: MinPromoteFailures}, PromoteTimeout: time.Minute,
+			in: SafetyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Minute), FailingSince: t0.Add(-time.Minute), Failures: MinPromoteFailures}, PromoteTimeout: time.Minute,
 				Sites: sites(replica("iad", 0), primary("pdx"))}, want: ActionRollBack, wantSite: "pdx"},
 		"failures of a target that just came back do not roll it back at once": {
-			in: TopologyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Hour), FailingSince: t0.Add(-10 * time.Second), Failures: 4}, PromoteTimeout: time.Minute,
+			in: SafetyInput{ActiveSite: "iad", Transition: &Transition{TargetSite: "pdx", StartedAt: t0.Add(-time.Hour), FailingSince: t0.Add(-10 * time.Second), Failures: 4}, PromoteTimeout: time.Minute,
 				Sites: sites(replica("iad", 0), primary("pdx"))}, want: ActionResume, wantSite: "pdx"},
 		"a bootstrap is never rolled back": {
-			in: TopologyInput{Transition: &Transition{TargetSite: "iad", StartedAt: t0.Add(-time.Hour), FailingSince: t0.Add(-time.Hour), Failures: 9, Bootstrap: true}, PromoteTimeout: time.Minute,
+			in: SafetyInput{Transition: &Transition{TargetSite: "iad", StartedAt: t0.Add(-time.Hour), FailingSince: t0.Add(-time.Hour), Failures: 9, Bootstrap: true}, PromoteTimeout: time.Minute,
 				Sites: sites(primary("iad"), replica("pdx", 0))}, want: ActionResume, wantSite: "iad"},
-		"bootstrap one writable site":          {in: TopologyInput{Sites: sites(primary("iad"), replica("pdx", 0))}, want: ActionBootstrap, wantSite: "iad"},
-		"no bootstrap without a writable site": {in: TopologyInput{Sites: sites(down("iad"), down("pdx"))}, want: ActionNone},
-		"no bootstrap with two writable sites": {in: TopologyInput{Sites: sites(primary("iad"), primary("pdx"))}, want: ActionNone},
+		"bootstrap one writable site":          {in: SafetyInput{Sites: sites(primary("iad"), replica("pdx", 0))}, want: ActionBootstrap, wantSite: "iad"},
+		"no bootstrap without a writable site": {in: SafetyInput{Sites: sites(down("iad"), down("pdx"))}, want: ActionNone},
+		"no bootstrap with two writable sites": {in: SafetyInput{Sites: sites(primary("iad"), primary("pdx"))}, want: ActionNone},
 		"a returning old primary is fenced first": {
-			in: TopologyInput{ActiveSite: "pdx", Sites: sites(primary("iad"), primary("pdx"))}, want: ActionFence, wantSite: "iad"},
+			in: SafetyInput{ActiveSite: "pdx", Sites: sites(primary("iad"), primary("pdx"))}, want: ActionFence, wantSite: "iad"},
 		"fencing comes before a lost-primary check": {
-			in: TopologyInput{ActiveSite: "pdx", Sites: sites(primary("iad"), down("pdx"))}, want: ActionFence, wantSite: "iad"},
-		"primary lost: mark the time": {in: TopologyInput{ActiveSite: "iad", Budget: budget, Sites: sites(down("iad"), replica("pdx", 0))}, want: ActionMarkLost},
+			in: SafetyInput{ActiveSite: "pdx", Sites: sites(primary("iad"), down("pdx"))}, want: ActionFence, wantSite: "iad"},
+		"primary lost: mark the time": {in: SafetyInput{ActiveSite: "iad", Budget: budget, Sites: sites(down("iad"), replica("pdx", 0))}, want: ActionMarkLost},
 		"primary lost within the budget: wait": {
-			in: TopologyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(29 * time.Second), Sites: sites(down("iad"), replica("pdx", 0))}, want: ActionNone},
+			in: SafetyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(29 * time.Second), Sites: sites(down("iad"), replica("pdx", 0))}, want: ActionNone},
 		"primary lost for the budget: promote": {
-			in: TopologyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(30 * time.Second), Sites: sites(down("iad"), replica("pdx", 0))}, want: ActionEmergencyPromote, wantSite: "pdx"},
+			in: SafetyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(30 * time.Second), Sites: sites(down("iad"), replica("pdx", 0))}, want: ActionEmergencyPromote, wantSite: "pdx"},
 		"emergency picks the least lag": {
-			in: TopologyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(time.Minute), Sites: sites(down("iad"), replica("pdx", 5), replica("sfo", 1))}, want: ActionEmergencyPromote, wantSite: "sfo"},
+			in: SafetyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(time.Minute), Sites: sites(down("iad"), replica("pdx", 5), replica("sfo", 1))}, want: ActionEmergencyPromote, wantSite: "sfo"},
 		"emergency prefers a replicating site": {
-			in: TopologyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(time.Minute),
+			in: SafetyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(time.Minute),
 				Sites: sites(down("iad"), topology.SiteState{Name: "pdx", Reachable: true}, replica("sfo", 9))}, want: ActionEmergencyPromote, wantSite: "sfo"},
 		"emergency without a candidate waits": {
-			in: TopologyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(time.Minute), Sites: sites(down("iad"), down("pdx"))}, want: ActionNone},
+			in: SafetyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(time.Minute), Sites: sites(down("iad"), down("pdx"))}, want: ActionNone},
 		"primary back: clear the mark": {
-			in: TopologyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(time.Second), Sites: sites(primary("iad"), replica("pdx", 0))}, want: ActionClearLost},
+			in: SafetyInput{ActiveSite: "iad", Budget: budget, PrimaryLostAt: lost(time.Second), Sites: sites(primary("iad"), replica("pdx", 0))}, want: ActionClearLost},
 		"a fenced site that does not replicate rejoins": {
-			in: TopologyInput{ActiveSite: "pdx", Sites: sites(topology.SiteState{Name: "iad", Reachable: true}, primary("pdx"))}, want: ActionRejoin, wantSite: "iad"},
+			in: SafetyInput{ActiveSite: "pdx", Sites: sites(topology.SiteState{Name: "iad", Reachable: true}, primary("pdx"))}, want: ActionRejoin, wantSite: "iad"},
 		"read-only primary is reasserted": {
-			in: TopologyInput{ActiveSite: "iad", Sites: sites(replica("iad", 0), replica("pdx", 0))}, want: ActionReassert, wantSite: "iad"},
+			in: SafetyInput{ActiveSite: "iad", Sites: sites(replica("iad", 0), replica("pdx", 0))}, want: ActionReassert, wantSite: "iad"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			tc.in.Now = t0
-			got := DecideTopology(tc.in)
+			got := DecideSafety(tc.in)
 			if got.Action != tc.want || got.Site != tc.wantSite {
 				t.Fatalf("got %+v, want action %d site %q", got, tc.want, tc.wantSite)
 			}
@@ -202,7 +202,7 @@ func TestAMarkedLossStartsAtTheFirstFailedProbe(t *testing.T) {
 			if tc.down {
 				pdx = down("pdx")
 			}
-			got := DecideTopology(TopologyInput{Now: t0, ActiveSite: "iad", Budget: budget, ActiveUnreachableSince: tc.since,
+			got := DecideSafety(SafetyInput{Now: t0, ActiveSite: "iad", Budget: budget, ActiveUnreachableSince: tc.since,
 				Sites: sites(down("iad"), pdx)})
 			if got.Action != ActionMarkLost || !got.LostAt.Equal(tc.wantLostAt) || got.RequeueAfter != tc.wantRequeue {
 				t.Fatalf("got %+v, want mark at %v, requeue %v", got, tc.wantLostAt, tc.wantRequeue)
@@ -219,7 +219,7 @@ func TestABudgetSpentInTheQueueIsNotWaitedAgain(t *testing.T) {
 	budget := 5 * time.Second
 	tests := map[string]struct {
 		since time.Time
-		want  TopologyAction
+		want  SafetyAction
 	}{
 		"failing for the budget: promote":           {since: t0.Add(-budget), want: ActionEmergencyPromote},
 		"failing for longer: promote":               {since: t0.Add(-time.Minute), want: ActionEmergencyPromote},
@@ -228,7 +228,7 @@ func TestABudgetSpentInTheQueueIsNotWaitedAgain(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := DecideTopology(TopologyInput{Now: t0, ActiveSite: "iad", Budget: budget, ActiveUnreachableSince: tc.since,
+			got := DecideSafety(SafetyInput{Now: t0, ActiveSite: "iad", Budget: budget, ActiveUnreachableSince: tc.since,
 				Sites: sites(down("iad"), replica("pdx", 0))})
 			if got.Action != tc.want || (tc.want == ActionEmergencyPromote && got.Site != "pdx") {
 				t.Fatalf("got %+v, want action %d", got, tc.want)

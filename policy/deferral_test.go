@@ -56,13 +56,13 @@ func TestDecideDeferralBudget(t *testing.T) {
 
 // The emergency path's decision takes nothing of the deferral budget: no
 // field of its input names a deferral, a budget or a hold.
-func TestTheTopologyDecisionHasNoDeferralInput(t *testing.T) {
-	typ := reflect.TypeOf(TopologyInput{})
+func TestTheSafetyDecisionHasNoDeferralInput(t *testing.T) {
+	typ := reflect.TypeOf(SafetyInput{})
 	for i := 0; i < typ.NumField(); i++ {
 		name := strings.ToLower(typ.Field(i).Name)
 		for _, banned := range []string{"deferral", "hold", "lease"} {
 			if strings.Contains(name, banned) {
-				t.Errorf("TopologyInput.%s: the emergency path must not read %s state", typ.Field(i).Name, banned)
+				t.Errorf("SafetyInput.%s: the emergency path must not read %s state", typ.Field(i).Name, banned)
 			}
 		}
 	}

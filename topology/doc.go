@@ -24,6 +24,12 @@
 // The controller waits the group's detection budget before an emergency
 // promotion, and fences a returning old primary before anything else.
 //
+// "Topology" names one thing in this project: which site of a group is
+// primary, and which follow it. A Driver changes it, status.activeSite and
+// status.topologyGeneration record and number it (the fence), and the
+// controller's decisions about when to change it are its safety paths
+// (policy.DecideSafety, controllers/safety.go).
+//
 // Package memory is a simulated driver for tests that need no database; it
 // moves no data. Package mysql is the driver for MariaDB and MySQL 8.
 package topology

@@ -13,15 +13,15 @@ import (
 	"github.com/shipstream/bloodraven/topology"
 )
 
-// reconcileTopology takes the safety paths. It never reads a deployment
-// lease: policy.DecideTopology has no lease input. It reports whether it
+// reconcileSafety takes the safety paths. It never reads a deployment
+// lease: policy.DecideSafety has no lease input. It reports whether it
 // changed the data plane or the fence.
-func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *passOutcome) (bool, error) {
+func (r *GroupReconciler) reconcileSafety(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, sites []topology.SiteState, st *passOutcome) (bool, error) {
 	budget := time.Duration(g.Spec.FailureDetectionSeconds) * time.Second
 	if budget <= 0 {
 		budget = 30 * time.Second
 	}
-	in := policy.TopologyInput{
+	in := policy.SafetyInput{
 		Now: r.Clock.Now(), ActiveSite: g.Status.ActiveSite,
 		Budget: budget, PromoteTimeout: r.promoteTimeout(), Sites: sites,
 	}
@@ -35,7 +35,7 @@ func (r *GroupReconciler) reconcileTopology(ctx context.Context, g *bloodravenv1
 		pt := transitionInput(t)
 		in.Transition = &pt
 	}
-	d := policy.DecideTopology(in)
+	d := policy.DecideSafety(in)
 	st.after(d.RequeueAfter)
 	// An emergency promotion (or bootstrap) does not dial the sites this
 	// reconcile's probe found unreachable: a hung one would hold the worker
@@ -129,7 +129,7 @@ func plannedTransition(op bloodravenv1alpha1.OperationName) bool {
 // persisted transition; Driver.Promote is idempotent. A failed attempt is
 // decided on at once (policy.DecidePromoteFailure): a planned one that could
 // not fence another site is rolled back in the same reconcile; any other is
-// counted in the transition, so policy.DecideTopology can roll it back.
+// counted in the transition, so policy.DecideSafety can roll it back.
 func (r *GroupReconciler) promote(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, op bloodravenv1alpha1.OperationName, target string) error {
 	if g.Status.Transition == nil {
 		g.Status.Transition = &bloodravenv1alpha1.TopologyTransition{Operation: op, TargetSite: target,
@@ -162,7 +162,7 @@ func (r *GroupReconciler) promote(ctx context.Context, g *bloodravenv1alpha1.Mys
 	if completed != "" {
 		EventOperationCompleted.emit(r.Recorder, g, t.Operation, completed)
 	}
-	r.reconcileLeases(ctx, g, nil, true) // revoke what the new generation fenced
+	r.reconcileLeases(ctx, g, nil, promotionPass) // revoke what the new generation fenced; the history follows on the next pass
 	return nil
 }
 
@@ -209,7 +209,7 @@ func (r *GroupReconciler) promoteFailed(ctx context.Context, g *bloodravenv1alph
 // with d.Readmit (a planned transition that could not fence another site),
 // waits for its sites again. The generation does not move: no site became
 // authoritative.
-func (r *GroupReconciler) rollBack(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, d policy.TopologyDecision) error {
+func (r *GroupReconciler) rollBack(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, d policy.SafetyDecision) error {
 	t := *g.Status.Transition
 	if err := r.driver().Fence(ctx, g, t.TargetSite); err != nil {
 		return fmt.Errorf("roll back %s: fence target %s: %w", t.Operation, t.TargetSite, err)

@@ -8,12 +8,12 @@ import (
 	"github.com/shipstream/bloodraven/topology"
 )
 
-// TopologyAction is a safety step the controller takes on the data plane.
-type TopologyAction int
+// SafetyAction is a safety step the controller takes on the data plane.
+type SafetyAction int
 
 // Topology actions, in the order they are considered.
 const (
-	ActionNone TopologyAction = iota
+	ActionNone SafetyAction = iota
 	// ActionResume completes the promotion announced in status.transition:
 	// promote its target, then bump the generation and revoke.
 	ActionResume
@@ -42,10 +42,10 @@ const (
 	ActionRejoin
 )
 
-// TopologyInput is what the safety paths need. It deliberately has no
+// SafetyInput is what the safety paths need. It deliberately has no
 // deployment leases: emergency failover, fencing and reassertion never read
 // them.
-type TopologyInput struct {
+type SafetyInput struct {
 	Now        time.Time
 	ActiveSite string
 	// Transition is the persisted, unconfirmed change of active site; nil
@@ -89,9 +89,9 @@ type Transition struct {
 // transition may be rolled back.
 const MinPromoteFailures = 3
 
-// TopologyDecision is an action, its site, and when to look again.
-type TopologyDecision struct {
-	Action TopologyAction
+// SafetyDecision is an action, its site, and when to look again.
+type SafetyDecision struct {
+	Action SafetyAction
 	Site   string
 	// RequeueAfter, for a lost primary still inside its budget.
 	RequeueAfter time.Duration
@@ -108,7 +108,7 @@ type TopologyDecision struct {
 	Reason  string
 }
 
-// DecideTopology picks the next safety step.
+// DecideSafety picks the next safety step.
 //
 // A started transition is never abandoned: it completes (ActionResume), or
 // it is rolled back with its target fenced before anything else (the old
@@ -119,7 +119,7 @@ type TopologyDecision struct {
 // it) rolls it back at once, and the emergency path decides from then on.
 // An emergency transition is retried, and rolled back only after
 // MinPromoteFailures failures over PromoteTimeout.
-func DecideTopology(in TopologyInput) TopologyDecision {
+func DecideSafety(in SafetyInput) SafetyDecision {
 	if t := in.Transition; t != nil {
 		target := findSite(in.Sites, t.TargetSite)
 		var lost string // a site a planned promotion cannot fence
@@ -128,15 +128,15 @@ func DecideTopology(in TopologyInput) TopologyDecision {
 		}
 		switch {
 		case target == nil || !target.Reachable:
-			return TopologyDecision{Action: ActionNone, RequeueAfter: 5 * time.Second,
+			return SafetyDecision{Action: ActionNone, RequeueAfter: 5 * time.Second,
 				Reason: fmt.Sprintf("transition to %s waits for its target: no site is reopened until %s is promoted or fenced", t.TargetSite, t.TargetSite)}
 		case lost != "":
 			return rollBackPlanned(*t, lost, "is unreachable")
 		case !t.Bootstrap && t.Failures >= MinPromoteFailures && !t.FailingSince.IsZero() && in.Now.Sub(t.FailingSince) >= in.PromoteTimeout:
-			return TopologyDecision{Action: ActionRollBack, Site: t.TargetSite,
+			return SafetyDecision{Action: ActionRollBack, Site: t.TargetSite,
 				Reason: fmt.Sprintf("promotion of %s failed %d times over %s", t.TargetSite, t.Failures, in.Now.Sub(t.FailingSince).Round(time.Second))}
 		}
-		return TopologyDecision{Action: ActionResume, Site: t.TargetSite}
+		return SafetyDecision{Action: ActionResume, Site: t.TargetSite}
 	}
 	var writable []string
 	var active *topology.SiteState
@@ -151,13 +151,13 @@ func DecideTopology(in TopologyInput) TopologyDecision {
 	}
 	if in.ActiveSite == "" {
 		if len(writable) == 1 {
-			return TopologyDecision{Action: ActionBootstrap, Site: writable[0], Reason: "first confirmed primary"}
+			return SafetyDecision{Action: ActionBootstrap, Site: writable[0], Reason: "first confirmed primary"}
 		}
-		return TopologyDecision{Action: ActionNone, Reason: fmt.Sprintf("waiting for exactly one writable site (have %d)", len(writable))}
+		return SafetyDecision{Action: ActionNone, Reason: fmt.Sprintf("waiting for exactly one writable site (have %d)", len(writable))}
 	}
 	for _, w := range writable {
 		if w != in.ActiveSite {
-			return TopologyDecision{Action: ActionFence, Site: w, Reason: fmt.Sprintf("site %s is writable but %s is the active site", w, in.ActiveSite)}
+			return SafetyDecision{Action: ActionFence, Site: w, Reason: fmt.Sprintf("site %s is writable but %s is the active site", w, in.ActiveSite)}
 		}
 	}
 	if active == nil || !active.Reachable {
@@ -171,7 +171,7 @@ func DecideTopology(in TopologyInput) TopologyDecision {
 			// this group's turn came (a fleet queued behind a lost site):
 			// the mark would only delay the promotion it allows.
 			if best := BestSite(in.Sites, in.ActiveSite); waited >= in.Budget && best != "" {
-				return TopologyDecision{Action: ActionEmergencyPromote, Site: best,
+				return SafetyDecision{Action: ActionEmergencyPromote, Site: best,
 					Reason: "active site unreachable for the detection budget, since its first failed probe"}
 			}
 			// The mark is stored to the second (status.primaryLostAt is a
@@ -182,29 +182,29 @@ func DecideTopology(in TopologyInput) TopologyDecision {
 			if frac := lostAt.Sub(lostAt.Truncate(time.Second)); frac > 0 {
 				lostAt = lostAt.Add(time.Second - frac)
 			}
-			return TopologyDecision{Action: ActionMarkLost, LostAt: lostAt,
+			return SafetyDecision{Action: ActionMarkLost, LostAt: lostAt,
 				RequeueAfter: max(in.Budget-in.Now.Sub(lostAt), time.Millisecond), Reason: "active site unreachable"}
 		}
 		if waited := in.Now.Sub(in.PrimaryLostAt); waited < in.Budget {
-			return TopologyDecision{Action: ActionNone, RequeueAfter: in.Budget - waited, Reason: "active site unreachable, within the detection budget"}
+			return SafetyDecision{Action: ActionNone, RequeueAfter: in.Budget - waited, Reason: "active site unreachable, within the detection budget"}
 		}
 		if best := BestSite(in.Sites, in.ActiveSite); best != "" {
-			return TopologyDecision{Action: ActionEmergencyPromote, Site: best, Reason: "active site unreachable for the detection budget"}
+			return SafetyDecision{Action: ActionEmergencyPromote, Site: best, Reason: "active site unreachable for the detection budget"}
 		}
-		return TopologyDecision{Action: ActionNone, RequeueAfter: 5 * time.Second, Reason: "no reachable site to promote"}
+		return SafetyDecision{Action: ActionNone, RequeueAfter: 5 * time.Second, Reason: "no reachable site to promote"}
 	}
 	if !in.PrimaryLostAt.IsZero() {
-		return TopologyDecision{Action: ActionClearLost, Reason: "active site answers again"}
+		return SafetyDecision{Action: ActionClearLost, Reason: "active site answers again"}
 	}
 	if !active.Writable {
-		return TopologyDecision{Action: ActionReassert, Site: in.ActiveSite, Reason: "active site is read-only"}
+		return SafetyDecision{Action: ActionReassert, Site: in.ActiveSite, Reason: "active site is read-only"}
 	}
 	for _, s := range in.Sites {
 		if s.Name != in.ActiveSite && s.Reachable && !s.Writable && !s.ReplicationRunning {
-			return TopologyDecision{Action: ActionRejoin, Site: s.Name, Reason: "fenced site does not replicate"}
+			return SafetyDecision{Action: ActionRejoin, Site: s.Name, Reason: "fenced site does not replicate"}
 		}
 	}
-	return TopologyDecision{Action: ActionNone}
+	return SafetyDecision{Action: ActionNone}
 }
 
 // DecidePromoteFailure decides after a failed attempt to promote the
@@ -214,19 +214,19 @@ func DecideTopology(in TopologyInput) TopologyDecision {
 // A planned transition that could not fence another site is rolled back at
 // once (ActionRollBack with Readmit): planned work never holds emergency
 // failover for the promote timeout. Anything else is ActionNone: the
-// failure is counted in the transition, and DecideTopology resumes it or,
+// failure is counted in the transition, and DecideSafety resumes it or,
 // after MinPromoteFailures failures over PromoteTimeout, rolls it back.
-func DecidePromoteFailure(t Transition, unfenced string) TopologyDecision {
+func DecidePromoteFailure(t Transition, unfenced string) SafetyDecision {
 	if t.Planned && unfenced != "" && unfenced != t.TargetSite {
 		return rollBackPlanned(t, unfenced, "could not be fenced and confirmed read-only")
 	}
-	return TopologyDecision{Action: ActionNone}
+	return SafetyDecision{Action: ActionNone}
 }
 
 // rollBackPlanned rolls back planned transition t at once because site,
 // which its promotion must fence first, what.
-func rollBackPlanned(t Transition, site, what string) TopologyDecision {
-	return TopologyDecision{Action: ActionRollBack, Site: t.TargetSite, Readmit: true,
+func rollBackPlanned(t Transition, site, what string) SafetyDecision {
+	return SafetyDecision{Action: ActionRollBack, Site: t.TargetSite, Readmit: true,
 		Reason: fmt.Sprintf("site %s %s during the planned promotion of %s: a planned operation never waits inside a persisted transition, so it is rolled back (%s fenced read-only) and the operation waits for its sites again; if %s stays unreachable, the emergency path decides after its detection budget",
 			site, what, t.TargetSite, t.TargetSite, site)}
 }

@@ -29,43 +29,43 @@ func TestAPlannedTransitionNeverWaitsForAnotherSite(t *testing.T) {
 	}
 	tests := map[string]struct {
 		transition  *Transition
-		in          TopologyInput
-		want        TopologyAction
+		in          SafetyInput
+		want        SafetyAction
 		wantReadmit bool
 		wantNamed   string // a site the reason names
 	}{
 		"a planned transition whose old primary is unreachable is rolled back at once, its operation readmitted": {
-			transition: planned(1, 0), in: TopologyInput{Sites: sites(down("iad"), primary("pdx"))},
+			transition: planned(1, 0), in: SafetyInput{Sites: sites(down("iad"), primary("pdx"))},
 			want: ActionRollBack, wantReadmit: true, wantNamed: "iad"},
 		"a planned transition that never failed is rolled back as soon as the probe loses a site": {
-			transition: planned(0, 0), in: TopologyInput{Sites: sites(down("iad"), replica("pdx", 0))},
+			transition: planned(0, 0), in: SafetyInput{Sites: sites(down("iad"), replica("pdx", 0))},
 			want: ActionRollBack, wantReadmit: true, wantNamed: "iad"},
 		"a planned transition with a lost third site is rolled back at once": {
-			transition: planned(0, 0), in: TopologyInput{Sites: sites(replica("iad", 0), replica("pdx", 0), down("sfo"))},
+			transition: planned(0, 0), in: SafetyInput{Sites: sites(replica("iad", 0), replica("pdx", 0), down("sfo"))},
 			want: ActionRollBack, wantReadmit: true, wantNamed: "sfo"},
 		"a planned transition whose target is lost waits: its target cannot be fenced": {
-			transition: planned(1, 0), in: TopologyInput{Sites: sites(down("iad"), down("pdx"))},
+			transition: planned(1, 0), in: SafetyInput{Sites: sites(down("iad"), down("pdx"))},
 			want: ActionNone},
 		"a planned transition with every site reachable is resumed": {
-			transition: planned(1, 0), in: TopologyInput{Sites: sites(replica("iad", 0), replica("pdx", 0))},
+			transition: planned(1, 0), in: SafetyInput{Sites: sites(replica("iad", 0), replica("pdx", 0))},
 			want: ActionResume},
 		"an emergency transition with the old primary lost is resumed, as before": {
-			transition: emergency(2, time.Hour), in: TopologyInput{Sites: sites(down("iad"), replica("pdx", 0))},
+			transition: emergency(2, time.Hour), in: SafetyInput{Sites: sites(down("iad"), replica("pdx", 0))},
 			want: ActionResume},
 		"an emergency transition is rolled back only after its failures span the promote timeout": {
-			transition: emergency(MinPromoteFailures, time.Minute), in: TopologyInput{Sites: sites(down("iad"), replica("pdx", 0))},
+			transition: emergency(MinPromoteFailures, time.Minute), in: SafetyInput{Sites: sites(down("iad"), replica("pdx", 0))},
 			want: ActionRollBack},
 		"an emergency transition failing for less than the promote timeout is resumed": {
-			transition: emergency(MinPromoteFailures, 30*time.Second), in: TopologyInput{Sites: sites(down("iad"), replica("pdx", 0))},
+			transition: emergency(MinPromoteFailures, 30*time.Second), in: SafetyInput{Sites: sites(down("iad"), replica("pdx", 0))},
 			want: ActionResume},
 		"a bootstrap with another site lost is resumed": {
-			transition: &Transition{TargetSite: "iad", Bootstrap: true}, in: TopologyInput{Sites: sites(primary("iad"), down("pdx"))},
+			transition: &Transition{TargetSite: "iad", Bootstrap: true}, in: SafetyInput{Sites: sites(primary("iad"), down("pdx"))},
 			want: ActionResume},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			tc.in.Now, tc.in.ActiveSite, tc.in.Transition, tc.in.PromoteTimeout = t0, "iad", tc.transition, time.Minute
-			got := DecideTopology(tc.in)
+			got := DecideSafety(tc.in)
 			if got.Action != tc.want || got.Readmit != tc.wantReadmit {
 				t.Fatalf("got %+v, want action %d readmit %v", got, tc.want, tc.wantReadmit)
 			}
@@ -83,12 +83,12 @@ func TestAPlannedTransitionNeverWaitsForAnotherSite(t *testing.T) {
 // that could not fence and confirm another site is rolled back (its target
 // fenced first) and its operation readmitted, so emergency failover is never
 // held for the promote timeout. Every other failure is only counted
-// (ActionNone), and DecideTopology retries it or rolls it back later.
+// (ActionNone), and DecideSafety retries it or rolls it back later.
 func TestAFailedPlannedFenceRollsTheTransitionBackAtOnce(t *testing.T) {
 	tests := map[string]struct {
 		transition  Transition
 		unfenced    string
-		want        TopologyAction
+		want        SafetyAction
 		wantReadmit bool
 	}{
 		"a planned transition that could not fence the old primary is rolled back at once": {
