@@ -36,6 +36,8 @@ type CredentialCache struct {
 	// its callers but is not kept.
 	gen   map[credKey]uint64
 	reads singleflight.Group
+	// missHook, when set (tests), runs between a miss and the shared read.
+	missHook func()
 }
 
 // account is what one read of the Secret found.
@@ -69,8 +71,9 @@ func (c *CredentialCache) ttl() time.Duration {
 
 // Get returns g's account, from the cache while it is younger than TTL.
 // When it must read, a read already in progress for g is waited for instead
-// of starting another (singleflight); ctx bounds only the wait of this
-// caller.
+// of starting another (singleflight), and an account that a read kept since
+// this Get missed is used without another; ctx bounds only the wait of
+// this caller.
 func (c *CredentialCache) Get(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
 	k := keyOf(g)
 	now := c.Clock.Now()
@@ -81,7 +84,20 @@ func (c *CredentialCache) Get(ctx context.Context, g *bloodravenv1alpha1.MysqlFa
 	}
 	gen := c.gen[k]
 	c.mu.Unlock()
-	ch := c.reads.DoChan(k.String(), func() (any, error) { return c.read(ctx, g, k, gen, now) })
+	if c.missHook != nil {
+		c.missHook()
+	}
+	ch := c.reads.DoChan(k.String(), func() (any, error) {
+		// A read that finished since the miss above kept its account
+		// (it keeps it before it leaves the group): no second read.
+		c.mu.Lock()
+		e, ok := c.m[k]
+		c.mu.Unlock()
+		if ok && now.Sub(e.at) < c.ttl() {
+			return account{e.user, e.password}, nil
+		}
+		return c.read(ctx, g, k, gen, now)
+	})
 	select {
 	case res := <-ch:
 		if res.Err != nil {
