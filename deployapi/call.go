@@ -220,11 +220,11 @@ func refusal(d policy.Decision, generation int64) *apiError {
 	return nil
 }
 
-// confirmedOnly reports whether a refusal must be confirmed against the API
+// mustConfirm reports whether a refusal must be confirmed against the API
 // server before it is answered: the lease cache may lag a grant, a re-grant,
 // a release or a revocation. The fence (stale generation) and instability
 // come from the group, which is always read fresh.
-func confirmedOnly(o policy.LeaseOutcome) bool {
+func mustConfirm(o policy.LeaseOutcome) bool {
 	switch o {
 	case policy.OutcomeHeld, policy.OutcomeMigrationNotHeld, policy.OutcomeRevoked,
 		policy.OutcomeTokenMismatch, policy.OutcomeNotFound, policy.OutcomeNothingToRelease, policy.OutcomeVerificationRequired,

@@ -122,7 +122,7 @@ func (s *Server) grant(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFail
 			}
 			return store.ErrStale
 		}
-		if confirmedOnly(d.Outcome) && !fresh {
+		if mustConfirm(d.Outcome) && !fresh {
 			return store.ErrStale
 		}
 		if e := refusal(d, g.Status.TopologyGeneration); e != nil {

@@ -61,7 +61,7 @@ func (s *Server) renew(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFail
 			}
 			return store.ErrStale
 		}
-		if confirmedOnly(d.Outcome) && !fresh {
+		if mustConfirm(d.Outcome) && !fresh {
 			return store.ErrStale
 		}
 		if e := refusal(d, g.Status.TopologyGeneration); e != nil {
@@ -170,7 +170,7 @@ func (s *Server) release(r *http.Request, c *call, g *bloodravenv1alpha1.MysqlFa
 				return nil
 			}
 		}
-		if confirmedOnly(d.Outcome) && !fresh {
+		if mustConfirm(d.Outcome) && !fresh {
 			return store.ErrStale
 		}
 		if e := refusal(d, g.Status.TopologyGeneration); e != nil {

@@ -247,7 +247,7 @@ func (s *Server) leaseAnswer(ctx context.Context, c *call, g *bloodravenv1alpha1
 		case d.Outcome == policy.OutcomeRenew || d.Outcome == policy.OutcomeUnstable:
 			res.status, res.body = http.StatusOK, bodyOf(own, g.Namespace)
 			return nil
-		case confirmedOnly(d.Outcome) && !fresh:
+		case mustConfirm(d.Outcome) && !fresh:
 			return store.ErrStale
 		}
 		// The fence (a generation older than the group's, even before the
