@@ -162,9 +162,7 @@ func (r *GroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if deleting {
 		err = errors.Join(err, r.finalize(ctx, g))
 	} else {
-		p := routinePass
-		p.history = !acted
-		r.reconcileLeases(ctx, g, &st, p)
+		r.reconcileLeases(ctx, g, &st, leasePass{history: !acted})
 	}
 	if err != nil {
 		// A loss marked or cleared in step 1 is persisted even so: a
@@ -424,10 +422,8 @@ func notStatusOnly() predicate.Predicate {
 
 // leaseOwner maps a deployment Lease to its group.
 func leaseOwner(_ context.Context, obj client.Object) []reconcile.Request {
-	for _, o := range obj.GetOwnerReferences() {
-		if o.Kind == "MysqlFailoverGroup" && o.APIVersion == bloodravenv1alpha1.GroupVersion.String() {
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: o.Name}}}
-		}
+	if nn, ok := leasestore.OwnerGroup(obj); ok {
+		return []reconcile.Request{{NamespacedName: nn}}
 	}
 	return nil
 }

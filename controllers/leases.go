@@ -34,12 +34,9 @@ type leasePass struct {
 	history bool
 }
 
-// The passes of reconcileLeases: the reconcile's own, which runs every
-// step unless its safety step acted, and the promotion's, which fences.
-var (
-	promotionPass = leasePass{fresh: true}
-	routinePass   = leasePass{history: true}
-)
+// promotionPass is the promotion's pass of reconcileLeases: it fences, on
+// fresh reads, and leaves the history to the next pass.
+var promotionPass = leasePass{fresh: true}
 
 // reconcileLeases makes the stored deployment leases match their effect,
 // as named steps in a fixed order:

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
 // changes wakes the lease GETs held on a group when the operator's
@@ -74,11 +75,7 @@ func groupOf(obj any) (types.NamespacedName, bool) {
 	case *bloodravenv1alpha1.MysqlFailoverGroup:
 		return client.ObjectKeyFromObject(o), true
 	case *coordinationv1.Lease:
-		for _, ref := range o.OwnerReferences {
-			if ref.Kind == "MysqlFailoverGroup" && ref.APIVersion == bloodravenv1alpha1.GroupVersion.String() {
-				return types.NamespacedName{Namespace: o.Namespace, Name: ref.Name}, true
-			}
-		}
+		return leasestore.OwnerGroup(o)
 	}
 	return types.NamespacedName{}, false
 }

@@ -17,6 +17,7 @@ import (
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/scene"
+	"github.com/shipstream/bloodraven/internal/testenv"
 	"github.com/shipstream/bloodraven/leases"
 )
 
@@ -419,32 +420,41 @@ func TestAHeldLeaseGetLooksAtTheCachesOnlyWhenItsGroupChanges(t *testing.T) {
 	go func() { answered <- f.watchLease(s, "migration", "op-c", g.str("token"), 30) }()
 	f.waitHeld(s, 1)
 	defer s.Drain() // the wait is on the server's clock, which stands still: end it before the listener closes
-	looks := func(after time.Duration) int64 {
+	held := func() {
 		t.Helper()
 		select {
 		case r := <-answered:
 			t.Fatalf("answered while the lease was the caller's: %d %s", r.status, r.raw)
-		case <-time.After(after):
+		default:
 		}
+	}
+	// quiet is the looks so far, after d with nothing to wake the GET: d
+	// spans a few ticks (watchTick), each of which a poll would look on.
+	quiet := func(d time.Duration) int64 {
+		t.Helper()
+		time.Sleep(d)
+		held()
 		return groups.gets.Load()
 	}
-	first := looks(time.Second) // its first look, a few ticks in
-	if first == 0 {
-		t.Fatal("no look at the caches in the first second")
+	lookedAfter := func(n int64) {
+		t.Helper()
+		testenv.WaitFor(t, 5*time.Second, func() bool { return groups.gets.Load() > n })
+		held()
 	}
+	lookedAfter(0)                // its first look, at its first tick
+	first := quiet(3 * watchTick) // settled
 	other := f.createGroup(f.groupNS, "other", 1)
 	other.Status.TopologyGeneration++
 	if err := env.Client.Status().Update(f.ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	if n := looks(time.Second); n != first {
-		t.Fatalf("%d looks after a second and another group's changes, want none", n-first)
+	waitObjectCached(t, other) // its events were delivered
+	if n := quiet(3 * watchTick); n != first {
+		t.Fatalf("%d looks over %d ticks and another group's changes, want none", n-first, 3)
 	}
 	f.clock.Step(time.Second) // a renewal at the same instant writes nothing
 	if r := f.do(http.MethodPut, leasePath("migration", "op-c"), f.token, map[string]any{"token": g.str("token")}); r.status != http.StatusOK {
 		t.Fatalf("renew: %d %s", r.status, r.raw)
 	}
-	if n := looks(time.Second); n == first {
-		t.Fatal("a renewal of the held lease did not wake its GET")
-	}
+	lookedAfter(first) // the renewal woke it, and it goes on waiting
 }

@@ -7,6 +7,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
@@ -77,6 +78,17 @@ func GroupOwner(group *bloodravenv1alpha1.MysqlFailoverGroup) metav1.OwnerRefere
 		UID:                group.UID,
 		BlockOwnerDeletion: ptr.To(false),
 	}
+}
+
+// OwnerGroup is the group that owns obj (a deployment Lease or a DeployRun)
+// by its GroupOwner reference.
+func OwnerGroup(obj metav1.Object) (types.NamespacedName, bool) {
+	for _, o := range obj.GetOwnerReferences() {
+		if o.Kind == "MysqlFailoverGroup" && o.APIVersion == bloodravenv1alpha1.GroupVersion.String() {
+			return types.NamespacedName{Namespace: obj.GetNamespace(), Name: o.Name}, true
+		}
+	}
+	return types.NamespacedName{}, false
 }
 
 // durationProjection is spec.leaseDurationSeconds: the ttl in whole seconds

@@ -77,11 +77,10 @@ func (c *CredentialCache) ttl() time.Duration {
 func (c *CredentialCache) Get(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
 	k := keyOf(g)
 	now := c.Clock.Now()
-	c.mu.Lock()
-	if e, ok := c.m[k]; ok && now.Sub(e.at) < c.ttl() {
-		c.mu.Unlock()
-		return e.user, e.password, nil
+	if a, ok := c.fresh(k, now); ok {
+		return a.user, a.password, nil
 	}
+	c.mu.Lock()
 	gen := c.gen[k]
 	c.mu.Unlock()
 	if c.missHook != nil {
@@ -90,11 +89,8 @@ func (c *CredentialCache) Get(ctx context.Context, g *bloodravenv1alpha1.MysqlFa
 	ch := c.reads.DoChan(k.String(), func() (any, error) {
 		// A read that finished since the miss above kept its account
 		// (it keeps it before it leaves the group): no second read.
-		c.mu.Lock()
-		e, ok := c.m[k]
-		c.mu.Unlock()
-		if ok && now.Sub(e.at) < c.ttl() {
-			return account{e.user, e.password}, nil
+		if a, ok := c.fresh(k, now); ok {
+			return a, nil
 		}
 		return c.read(ctx, g, k, gen, now)
 	})
@@ -108,6 +104,17 @@ func (c *CredentialCache) Get(ctx context.Context, g *bloodravenv1alpha1.MysqlFa
 	case <-ctx.Done():
 		return "", "", ctx.Err()
 	}
+}
+
+// fresh is k's kept account while it is younger than TTL at now.
+func (c *CredentialCache) fresh(k credKey, now time.Time) (account, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[k]
+	if !ok || now.Sub(e.at) >= c.ttl() {
+		return account{}, false
+	}
+	return account{e.user, e.password}, true
 }
 
 // read fetches g's account and keeps it unless an Invalidate came after
