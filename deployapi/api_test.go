@@ -518,7 +518,12 @@ func TestGetGroupObservation(t *testing.T) {
 	f.setStatus(func(s *bloodravenv1alpha1.MysqlFailoverGroupStatus) {
 		s.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverStatus{ID: "req-42", TargetSite: "pdx", Phase: bloodravenv1alpha1.PlannedFailoverPhaseDeferred, Reason: "DeploymentHold"}
 	})
-	r = f.do(http.MethodGet, groupPath, f.token, nil)
+	// The observation shows the group as the operator's cache holds it: the
+	// status change shows once the cache has it.
+	deadline := time.Now().Add(10 * time.Second)
+	for r = f.do(http.MethodGet, groupPath, f.token, nil); r.body["stable"] != false && time.Now().Before(deadline); r = f.do(http.MethodGet, groupPath, f.token, nil) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if r.body["stable"] != false || r.str("unstableReason") != "PlannedFailoverDeferred" {
 		t.Fatalf("deferred: stable=%v reason=%q", r.body["stable"], r.str("unstableReason"))
 	}

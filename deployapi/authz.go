@@ -69,10 +69,19 @@ type scope struct {
 // client the caches have not seen yet is not proposed: a brief false 403,
 // never a false 200. A steady request costs one database GET, made at the
 // same time as the group's; the group returned is a fresh read: it carries
-// the fence. These reads wait for the caller's own read slots (fair share,
+// the fence. The observation (GET of the group) is the exception: it grants
+// nothing and lists its leases from the cache, so its group comes from the
+// group cache too, and the database GET is its only read. These reads wait for the caller's own read slots (fair share,
 // fairshare.go), so a flood of one identity queues on its own budget.
 func (s *Server) authorize(ctx context.Context, id authn.Identity, c *call) (*bloodravenv1alpha1.MysqlFailoverGroup, error) {
 	api := c.ticket.reader(s.api)
+	groups := api
+	if c.route == "get_group" {
+		// The observation grants nothing and lists the leases from the
+		// cache: its group comes from the same cache. Only the database
+		// read authorizes, and it stays uncached.
+		groups = s.groupCache()
+	}
 	byNS, err := s.candidates(ctx, id, c.group, c.instance, c.namespace)
 	if err != nil {
 		return nil, err
@@ -83,7 +92,7 @@ func (s *Server) authorize(ctx context.Context, id authn.Identity, c *call) (*bl
 			return nil, err
 		}
 		if settled {
-			return s.confirmScope(ctx, api, id, c.group, sc, nil)
+			return s.confirmScope(ctx, api, groups, id, c.group, sc, nil)
 		}
 	}
 	namespaces := make([]string, 0, len(byNS))
@@ -97,11 +106,11 @@ func (s *Server) authorize(ctx context.Context, id authn.Identity, c *call) (*bl
 	case 1:
 		// The usual case: the database and the group are read at once.
 		ns := namespaces[0]
-		return s.confirmScope(ctx, api, id, c.group, scope{namespace: ns, instance: c.instance}, byNS[ns])
+		return s.confirmScope(ctx, api, groups, id, c.group, scope{namespace: ns, instance: c.instance}, byNS[ns])
 	}
 	var found *bloodravenv1alpha1.MysqlFailoverGroup
 	for _, ns := range namespaces {
-		g, err := s.confirmScope(ctx, api, id, c.group, scope{namespace: ns, instance: c.instance}, byNS[ns])
+		g, err := s.confirmScope(ctx, api, groups, id, c.group, scope{namespace: ns, instance: c.instance}, byNS[ns])
 		if errors.Is(err, errForbidden) {
 			continue
 		}
@@ -125,7 +134,7 @@ func (s *Server) authorize(ctx context.Context, id authn.Identity, c *call) (*bl
 // caller. Both reads start after the request did, so the fence is as fresh
 // as read one after the other; the group is used only if a database
 // confirms. errForbidden when no database confirms or the group is absent.
-func (s *Server) confirmScope(ctx context.Context, api client.Reader, id authn.Identity, group string, sc scope, names []string) (*bloodravenv1alpha1.MysqlFailoverGroup, error) {
+func (s *Server) confirmScope(ctx context.Context, api, groups client.Reader, id authn.Identity, group string, sc scope, names []string) (*bloodravenv1alpha1.MysqlFailoverGroup, error) {
 	if sc.instance != "" {
 		names = []string{sc.instance}
 	}
@@ -135,7 +144,7 @@ func (s *Server) confirmScope(ctx context.Context, api client.Reader, id authn.I
 	}
 	groupRead := make(chan read, 1)
 	go func() {
-		g, err := s.readGroup(ctx, api, sc.namespace, group)
+		g, err := s.readGroup(ctx, groups, sc.namespace, group)
 		groupRead <- read{g, err}
 	}()
 	ok, err := s.confirm(ctx, api, id, group, sc.namespace, names)

@@ -113,6 +113,35 @@ func TestSteadyRenewalCostsThreeAPIRequests(t *testing.T) {
 	}
 }
 
+// The observation (GET of a group) grants nothing and lists the leases from
+// the cache, so its group comes from the cache too: it costs the API server
+// only the uncached database read that authorizes it. This is what an
+// authorized flood of observations costs everyone else (issue 35's flood
+// e2e): one read per answered GET, not two.
+func TestAnObservationCostsOneAPIRequest(t *testing.T) {
+	f := newFixture(t)
+	log := &requestLog{}
+	s := f.countingServer(t, log)
+	if r := f.doWith(s, http.MethodGet, groupPath, f.token, nil); r.status != http.StatusOK { // warms the token cache
+		t.Fatalf("observe: %d %s", r.status, r.raw)
+	}
+	log.take()
+	r := f.doWith(s, http.MethodGet, groupPath, f.token, nil)
+	if r.status != http.StatusOK || r.str("group") != "playground" {
+		t.Fatalf("observe: %d %s", r.status, r.raw)
+	}
+	reqs := log.take()
+	dbGets := 0
+	for _, q := range reqs {
+		if strings.HasPrefix(q, "GET ") && strings.HasSuffix(q, "/mysqldatabases/counter-app") {
+			dbGets++
+		}
+	}
+	if dbGets != 1 || len(reqs) != 1 {
+		t.Fatalf("an observation made %d requests %v; want only 1 database read by name", len(reqs), reqs)
+	}
+}
+
 // waitCacheCurrent waits until the lease cache holds the stored
 // resourceVersion of a Lease, so the next write carries a current one.
 func waitCacheCurrent(t testing.TB, f *fixture, name string) {
