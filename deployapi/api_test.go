@@ -1,6 +1,7 @@
 package deployapi
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
@@ -520,10 +522,10 @@ func TestGetGroupObservation(t *testing.T) {
 	})
 	// The observation shows the group as the operator's cache holds it: the
 	// status change shows once the cache has it.
-	deadline := time.Now().Add(10 * time.Second)
-	for r = f.do(http.MethodGet, groupPath, f.token, nil); r.body["stable"] != false && time.Now().Before(deadline); r = f.do(http.MethodGet, groupPath, f.token, nil) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	_ = wait.PollUntilContextTimeout(f.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		r = f.do(http.MethodGet, groupPath, f.token, nil)
+		return r.body["stable"] == false, nil
+	}) // a timeout is reported by the assertion below
 	if r.body["stable"] != false || r.str("unstableReason") != "PlannedFailoverDeferred" {
 		t.Fatalf("deferred: stable=%v reason=%q", r.body["stable"], r.str("unstableReason"))
 	}

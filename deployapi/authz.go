@@ -71,8 +71,9 @@ type scope struct {
 // same time as the group's; the group returned is a fresh read: it carries
 // the fence. The observation (GET of the group) is the exception: it grants
 // nothing and lists its leases from the cache, so its group comes from the
-// group cache too, and the database GET is its only read. These reads wait for the caller's own read slots (fair share,
-// fairshare.go), so a flood of one identity queues on its own budget.
+// group cache too, and the database GET is its only read. These reads wait
+// for the caller's own read slots (fair share, fairshare.go), so a flood of
+// one identity queues on its own budget.
 func (s *Server) authorize(ctx context.Context, id authn.Identity, c *call) (*bloodravenv1alpha1.MysqlFailoverGroup, error) {
 	api := c.ticket.reader(s.api)
 	groups := api
