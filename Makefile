@@ -108,7 +108,7 @@ $(THIRD_PARTY_CRDS):
 	chmod u+w $(BIN)/crds/*.yaml
 	@touch $@
 
-$(RULECHECK): hack/tools/rulecheck/go.mod hack/tools/rulecheck/go.sum hack/tools/rulecheck/main.go
+$(RULECHECK): hack/tools/rulecheck/go.mod hack/tools/rulecheck/go.sum $(wildcard hack/tools/rulecheck/*.go)
 	@echo ">> building rulecheck (Prometheus's rule parser)"
 	cd hack/tools/rulecheck && $(GO) build -trimpath -o $@ .
 	@touch $@

@@ -6,11 +6,13 @@ package charts
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -340,6 +342,104 @@ func TestAlertsAndDashboardAreValidPromQL(t *testing.T) {
 		if !strings.Contains(string(doc), "`"+base+"`") {
 			t.Errorf("docs/metrics.md does not document %s", base)
 		}
+	}
+}
+
+// Every alert fires when its case says and stays quiet otherwise, at the
+// chart's default thresholds (charts/testdata/alert-cases.yaml, evaluated
+// with Prometheus's engine as `promtool test rules` does).
+func TestEveryAlertFiresWhenItsCaseSays(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := MonitoringMetricNames(testenv.RepoRoot(), dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckAlertCases(testenv.RepoRoot(), filepath.Join(dir, "rules.yaml"), filepath.Join(testenv.RepoRoot(), AlertCasesFile)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The case check is not vacuous: a case that expects an alert too early, one
+// that expects quiet where it fires, and an alert without a case all fail.
+func TestAWrongAlertCaseIsCaught(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := MonitoringMetricNames(testenv.RepoRoot(), dir); err != nil {
+		t.Fatal(err)
+	}
+	wrong := `interval: 1m
+cases:
+  - alert: BloodravenLeaseGuardMissing
+    series: ['bloodraven_lease_guard_policy_present 1 1 0x10']
+    quiet: [7m]
+    firing: [6m]
+`
+	path := filepath.Join(dir, "wrong.yaml")
+	if err := os.WriteFile(path, []byte(wrong), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := CheckAlertCases(testenv.RepoRoot(), filepath.Join(dir, "rules.yaml"), path)
+	if err == nil {
+		t.Fatal("wrong cases passed")
+	}
+	for _, want := range []string{"BloodravenLeaseGuardMissing: not firing at 6m", "BloodravenLeaseGuardMissing: firing at 7m, want quiet",
+		"alert BloodravenNoLeader (severity critical) has no case"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the check did not report %q:\n%v", want, err)
+		}
+	}
+}
+
+// Every dashboard query of a metric labelled by namespace or group filters
+// by the $namespace and $group variables (labels as docs/metrics.md gives
+// them), so that choosing a group shows that group.
+func TestTheDashboardHonoursNamespaceAndGroup(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("^\\| `(bloodraven_[a-z_]+)` \\| [a-z]+ \\| ([^|]*) \\|")
+	labelled := map[string]string{} // metric -> its labels cell
+	for _, l := range strings.Split(string(doc), "\n") {
+		if m := row.FindStringSubmatch(l); m != nil {
+			labelled[m[1]] = m[2]
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(chartDir(), "files", "dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	selector := regexp.MustCompile(`(bloodraven_[a-z_]+?)(_bucket)?(\{[^}]*\})?(?:[\[) ]|$)`)
+	checked := 0
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			for _, m := range selector.FindAllStringSubmatch(tg.Expr, -1) {
+				labels, ok := labelled[m[1]]
+				if !ok {
+					t.Errorf("panel %q: %s has no row in docs/metrics.md", p.Title, m[1])
+					continue
+				}
+				checked++
+				if strings.Contains(labels, "`namespace`") && !strings.Contains(m[3], `namespace=~"$namespace"`) {
+					t.Errorf("panel %q: %s is not filtered by $namespace: %s", p.Title, m[1], tg.Expr)
+				}
+				if strings.Contains(labels, "`group`") && !strings.Contains(m[3], `group=~"$group"`) {
+					t.Errorf("panel %q: %s is not filtered by $group: %s", p.Title, m[1], tg.Expr)
+				}
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("only %d bloodraven selectors checked", checked)
 	}
 }
 

@@ -59,9 +59,25 @@ func MonitoringMetricNames(root, dir string) ([]string, error) {
 	if err := os.WriteFile(dashPath, dashboard, 0o644); err != nil {
 		return nil, err
 	}
-	check := exec.Command(filepath.Join(root, "bin", "rulecheck"), "-dashboard", dashPath, rulesPath)
-	out.Reset()
-	errb.Reset()
+	return rulecheck(root, "-dashboard", dashPath, rulesPath)
+}
+
+// AlertCasesFile is the alert cases of the chart's rules: series, and when
+// each alert must fire and must not, at the chart's default thresholds.
+const AlertCasesFile = "charts/testdata/alert-cases.yaml"
+
+// CheckAlertCases evaluates the rendered rules at rulesPath against the
+// cases file (bin/rulecheck -cases): every alert must have a case and fire
+// exactly when its case says.
+func CheckAlertCases(root, rulesPath, cases string) error {
+	_, err := rulecheck(root, "-cases", cases, rulesPath)
+	return err
+}
+
+// rulecheck runs bin/rulecheck and returns the metric names it prints.
+func rulecheck(root string, args ...string) ([]string, error) {
+	var out, errb bytes.Buffer
+	check := exec.Command(filepath.Join(root, "bin", "rulecheck"), args...)
 	check.Stdout, check.Stderr = &out, &errb
 	if err := check.Run(); err != nil {
 		return nil, fmt.Errorf("rulecheck (run `make tools` if it is missing): %w: %s", err, errb.String())

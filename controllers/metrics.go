@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
@@ -214,5 +216,81 @@ func (d *deferrals) forget(namespace, group string) {
 		if k.namespace == namespace && k.group == group {
 			delete(d.since, k)
 		}
+	}
+}
+
+// Verification gates: bloodraven_databases_awaiting_verification and
+// bloodraven_verification_longest_wait_seconds, by namespace, computed at
+// scrape time from the databases' status.pendingVerification.
+
+// gateMetricNames are the names of the verification gate metrics.
+var gateMetricNames = []string{"bloodraven_databases_awaiting_verification", "bloodraven_verification_longest_wait_seconds"}
+
+var (
+	gatedDatabasesDesc = prometheus.NewDesc(gateMetricNames[0],
+		"MysqlDatabases whose verification gate is closed (status.pendingVerification set: every new migration is refused until a person verifies the schema), by namespace; 0 in a namespace with databases and no closed gate.",
+		[]string{"namespace"}, nil)
+	longestWaitDesc = prometheus.NewDesc(gateMetricNames[1],
+		"Seconds since the oldest closed verification gate of the namespace closed (its pendingVerification.since); 0 when none is closed.",
+		[]string{"namespace"}, nil)
+)
+
+// GateFigure is what the gate metrics export for one namespace.
+type GateFigure struct {
+	Gated       int
+	LongestWait time.Duration
+}
+
+// GateFigures counts the closed verification gates of dbs by namespace at
+// now: every namespace with a database has a figure, so its series exist
+// before the first gate closes. A gate whose since lies ahead of now (a
+// clock step) waits 0.
+func GateFigures(dbs []bloodravenv1alpha1.MysqlDatabase, now time.Time) map[string]GateFigure {
+	out := map[string]GateFigure{}
+	for i := range dbs {
+		db := &dbs[i]
+		f := out[db.Namespace]
+		if pv := db.Status.PendingVerification; pv != nil {
+			f.Gated++
+			f.LongestWait = max(f.LongestWait, now.Sub(pv.Since.Time))
+		}
+		out[db.Namespace] = f
+	}
+	return out
+}
+
+// gates is the collector of the verification gate metrics. Every replica
+// exports them from its own cache (the alert takes the max).
+type gates struct {
+	reader client.Reader
+	clock  clock.PassiveClock
+}
+
+// RegisterGateMetrics registers the verification gate metrics with reg,
+// read from reader (the manager's cache) at every scrape.
+func RegisterGateMetrics(reg prometheus.Registerer, reader client.Reader, clk clock.PassiveClock) error {
+	if err := reg.Register(&gates{reader: reader, clock: clk}); err != nil {
+		return fmt.Errorf("register verification gate metrics: %w", err)
+	}
+	return nil
+}
+
+func (g *gates) Describe(ch chan<- *prometheus.Desc) {
+	ch <- gatedDatabasesDesc
+	ch <- longestWaitDesc
+}
+
+func (g *gates) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var list bloodravenv1alpha1.MysqlDatabaseList
+	if err := g.reader.List(ctx, &list); err != nil {
+		ch <- prometheus.NewInvalidMetric(gatedDatabasesDesc, err)
+		ch <- prometheus.NewInvalidMetric(longestWaitDesc, err)
+		return
+	}
+	for ns, f := range GateFigures(list.Items, g.clock.Now()) {
+		ch <- prometheus.MustNewConstMetric(gatedDatabasesDesc, prometheus.GaugeValue, float64(f.Gated), ns)
+		ch <- prometheus.MustNewConstMetric(longestWaitDesc, prometheus.GaugeValue, max(0, f.LongestWait.Seconds()), ns)
 	}
 }

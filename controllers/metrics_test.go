@@ -149,9 +149,13 @@ func TestEveryEventAndMetricIsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	metrics := read("metrics.md")
+	names := append([]string{}, gateMetricNames...) // collected at scrape time from the databases: no series without one
 	for _, f := range fams {
-		if !strings.Contains(metrics, "| `"+f.GetName()+"` |") {
-			t.Errorf("docs/metrics.md has no row for %s", f.GetName())
+		names = append(names, f.GetName())
+	}
+	for _, name := range names {
+		if !strings.Contains(metrics, "| `"+name+"` |") {
+			t.Errorf("docs/metrics.md has no row for %s", name)
 		}
 	}
 	// Every revocation reason is a series from the group's first reconcile

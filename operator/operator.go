@@ -105,6 +105,9 @@ func New(mgr ctrl.Manager, cfg Config) (*Parts, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := controllers.RegisterGateMetrics(cfg.Metrics, mgr.GetCache(), cfg.Clock); err != nil {
+		return nil, err
+	}
 	qps, burst := cfg.ControllerQPS, cfg.ControllerBurst
 	if qps <= 0 {
 		qps, burst = DefaultControllerQPS, DefaultControllerBurst

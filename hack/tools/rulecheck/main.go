@@ -5,7 +5,11 @@
 // Grafana dashboard's targets, and prints every metric name they use, one
 // per line, so that a test can check each against a live /metrics.
 //
-//	rulecheck [-dashboard dashboard.json] rules.yaml
+// With -cases it also evaluates every alert against input series, as
+// `promtool test rules` does: each alert must fire when its case says and
+// stay quiet otherwise.
+//
+//	rulecheck [-dashboard dashboard.json] [-cases cases.yaml] rules.yaml
 package main
 
 import (
@@ -24,9 +28,10 @@ import (
 
 func main() {
 	dashboard := flag.String("dashboard", "", "a Grafana dashboard JSON whose targets' expressions are checked too")
+	cases := flag.String("cases", "", "a file of alert cases (series, and when each alert must fire and must not) evaluated against the rules; every alert needs one")
 	flag.Parse()
 	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: rulecheck [-dashboard dashboard.json] rules.yaml")
+		fmt.Fprintln(os.Stderr, "usage: rulecheck [-dashboard dashboard.json] [-cases cases.yaml] rules.yaml")
 		os.Exit(2)
 	}
 	names := map[string]bool{}
@@ -50,6 +55,14 @@ func main() {
 	if rules == 0 {
 		fmt.Fprintf(os.Stderr, "%s: no rules\n", flag.Arg(0))
 		os.Exit(1)
+	}
+	if *cases != "" {
+		if errs := runCases(*cases, groups); len(errs) > 0 {
+			for _, err := range errs {
+				fmt.Fprintf(os.Stderr, "%s: %v\n", *cases, err)
+			}
+			os.Exit(1)
+		}
 	}
 	if *dashboard != "" {
 		if err := checkDashboard(*dashboard, names); err != nil {
