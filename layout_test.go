@@ -89,7 +89,7 @@ func TestNoShippedPackageImportsUpward(t *testing.T) {
 // only tests) and the named places for the rest.
 func TestTheRootListsWhatShips(t *testing.T) {
 	named := []string{"docs", "charts", "examples", "hack", "internal", "e2e", "config", ".ci"}
-	files := []string{".gitignore", "CHANGELOG.md", "CONTRIBUTING.md", "Makefile", "README.md", "VERSION", "go.mod", "go.sum", "version.go", "layout_test.go", "doctruth_test.go"}
+	files := []string{".gitignore", "CHANGELOG.md", "CONTRIBUTING.md", "LICENSE", "Makefile", "README.md", "SECURITY.md", "VERSION", "go.mod", "go.sum", "version.go", "layout_test.go", "doctruth_test.go"}
 	out, err := exec.Command("git", "ls-files").Output()
 	if err != nil {
 		t.Skipf("not a git checkout: %v", err)
