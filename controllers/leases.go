@@ -229,16 +229,16 @@ func (r *GroupReconciler) syncRuns(ctx context.Context, g *bloodravenv1alpha1.My
 		return err
 	}
 	var errs []error
+	now := r.Clock.Now()
 	if m != nil {
 		// A missing run is written only for a record older than a grant's
 		// confirmation (policy.RunBackstopDue): a younger one may be a grant
 		// about to be withdrawn, which leaves no run.
-		now := r.Clock.Now()
 		if err := deployrun.Sync(ctx, r.Client, r.Client, g, m, now, policy.RunBackstopDue(m, now)); err != nil && !deployrun.IsRace(err) {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, deployrun.Lost(ctx, r.Client, runs, m), deployrun.Prune(ctx, r.Client, g, runs))
+	errs = append(errs, deployrun.Lost(ctx, r.Client, runs, m, now), deployrun.Prune(ctx, r.Client, g, runs))
 	return errors.Join(errs...)
 }
 

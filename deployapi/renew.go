@@ -202,7 +202,7 @@ func (s *Server) reportAfterReplacement(ctx context.Context, g *bloodravenv1alph
 		return
 	}
 	if err == nil {
-		err = deployrun.Report(ctx, s.api, s.leases.Client, g, tomb.Instance, c.operationID, tomb.TenureStart(), c.outcome)
+		err = deployrun.Report(ctx, s.api, s.leases.Client, g, tomb.Instance, c.operationID, tomb.TenureStart(), c.outcome, s.clock.Now())
 	}
 	if err != nil {
 		s.log.Error(err, "the outcome reported on release was not recorded", "group", g.Name,

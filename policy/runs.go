@@ -2,8 +2,10 @@ package policy
 
 import (
 	"sort"
+	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
@@ -173,4 +175,80 @@ func microTime(t time.Time) *metav1.MicroTime {
 		return nil
 	}
 	return &metav1.MicroTime{Time: t.Truncate(time.Microsecond)} // what the API server stores
+}
+
+// RunConditions is st with the standard conditions of its outcome at now
+// (Ready, Reconciling, Stalled, as kstatus reads them) and
+// observedGeneration set to generation. A condition whose status does not
+// change keeps its lastTransitionTime.
+//
+//	running (or no outcome yet): Reconciling True; Ready and Stalled False
+//	succeeded, released:         Ready True; Reconciling and Stalled False
+//	any other end:               Stalled True; Ready and Reconciling False
+//
+// A run released without a report counts as done: every failure the
+// client knows of is reported (bloodraven-deploy always reports).
+func RunConditions(st bloodravenv1alpha1.DeployRunStatus, generation int64, now time.Time) bloodravenv1alpha1.DeployRunStatus {
+	st.ObservedGeneration = generation
+	st.Conditions = append([]metav1.Condition(nil), st.Conditions...)
+	ready, reconciling, stalled := metav1.ConditionFalse, metav1.ConditionFalse, metav1.ConditionFalse
+	reason, message := runReason(st.Outcome), runMessage(st)
+	switch st.Outcome {
+	case bloodravenv1alpha1.DeployRunRunning, "":
+		reconciling = metav1.ConditionTrue
+	case bloodravenv1alpha1.DeployRunSucceeded, bloodravenv1alpha1.DeployRunReleased:
+		ready = metav1.ConditionTrue
+	default:
+		stalled = metav1.ConditionTrue
+	}
+	at := metav1.NewTime(now)
+	for _, c := range []struct {
+		t string
+		s metav1.ConditionStatus
+	}{{bloodravenv1alpha1.DeployRunReady, ready}, {bloodravenv1alpha1.DeployRunReconciling, reconciling}, {bloodravenv1alpha1.DeployRunStalled, stalled}} {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: c.t, Status: c.s, ObservedGeneration: generation,
+			Reason: reason, Message: message, LastTransitionTime: at})
+	}
+	return st
+}
+
+// runReason is the conditions' reason for an outcome: the outcome in
+// CamelCase (Running, Succeeded, LostAfterDDL, Revoked, ...).
+func runReason(o bloodravenv1alpha1.DeployRunOutcome) string {
+	if o == "" {
+		o = bloodravenv1alpha1.DeployRunRunning
+	}
+	var b strings.Builder
+	for _, part := range strings.Split(string(o), "-") {
+		switch part {
+		case "ddl":
+			b.WriteString("DDL")
+		case "":
+		default:
+			b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+		}
+	}
+	return b.String()
+}
+
+// runMessage says what the outcome means for a person gating on it.
+func runMessage(st bloodravenv1alpha1.DeployRunStatus) string {
+	phase := st.Phase
+	if phase == "" {
+		phase = string(leases.PhasePreDDL)
+	}
+	switch st.Outcome {
+	case bloodravenv1alpha1.DeployRunRunning, "":
+		return "the operation holds the migration mutex (phase " + phase + ")"
+	case bloodravenv1alpha1.DeployRunSucceeded:
+		return "the operation reported success and released the mutex"
+	case bloodravenv1alpha1.DeployRunReleased:
+		return "the operation released the mutex without reporting an outcome"
+	case bloodravenv1alpha1.DeployRunRevoked:
+		return "the migration lease was revoked (" + st.RevocationReason + ") at phase " + phase
+	case bloodravenv1alpha1.DeployRunLostAfterDDL:
+		return "the operation lost its authority past its DDL boundary: its database is gated until a person verifies the schema"
+	default:
+		return "the operation ended " + string(st.Outcome) + " at phase " + phase
+	}
 }

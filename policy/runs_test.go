@@ -2,10 +2,12 @@ package policy
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
@@ -195,5 +197,78 @@ func TestRunBackstopDue(t *testing.T) {
 				t.Fatalf("RunBackstopDue = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestRunConditionsFollowTheOutcome(t *testing.T) {
+	type want struct{ ready, reconciling, stalled, reason, message string }
+	for _, tc := range []struct {
+		name string
+		st   bloodravenv1alpha1.DeployRunStatus
+		want want
+	}{
+		{"a run not projected yet is reconciling", bloodravenv1alpha1.DeployRunStatus{},
+			want{"False", "True", "False", "Running", "phase pre-ddl"}},
+		{"a running run is reconciling, at its phase", bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunRunning, Phase: "ddl"},
+			want{"False", "True", "False", "Running", "phase ddl"}},
+		{"a succeeded run is ready", bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunSucceeded, LeaseEnd: bloodravenv1alpha1.LeaseReleased},
+			want{"True", "False", "False", "Succeeded", "reported success"}},
+		{"a run released without a report is ready", bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunReleased, LeaseEnd: bloodravenv1alpha1.LeaseReleased},
+			want{"True", "False", "False", "Released", "without reporting"}},
+		{"a failed run is stalled", bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunFailed, Phase: "ddl"},
+			want{"False", "False", "True", "Failed", "ended failed at phase ddl"}},
+		{"a revoked run is stalled with the revocation's reason", bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunRevoked, Phase: "pre-ddl",
+			LeaseEnd: bloodravenv1alpha1.LeaseRevoked, RevocationReason: "topology_changed"},
+			want{"False", "False", "True", "Revoked", "revoked (topology_changed) at phase pre-ddl"}},
+		{"a run lost past its DDL boundary is stalled and says the database is gated", bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunLostAfterDDL},
+			want{"False", "False", "True", "LostAfterDDL", "verifies the schema"}},
+		{"a run lost before its DDL boundary", bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunLostBeforeDDL},
+			want{"False", "False", "True", "LostBeforeDDL", "lost-before-ddl"}},
+		{"an abort that failed", bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunAbortFailed},
+			want{"False", "False", "True", "AbortFailed", "abort-failed"}},
+		{"an expired run is stalled", bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunExpired},
+			want{"False", "False", "True", "Expired", "expired"}},
+		{"a run that ended unknown is stalled", bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunUnknown},
+			want{"False", "False", "True", "Unknown", "unknown"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := RunConditions(tc.st, 3, t0)
+			if got.ObservedGeneration != 3 || len(got.Conditions) != 3 {
+				t.Fatalf("observedGeneration %d, %d conditions", got.ObservedGeneration, len(got.Conditions))
+			}
+			for typ, status := range map[string]string{"Ready": tc.want.ready, "Reconciling": tc.want.reconciling, "Stalled": tc.want.stalled} {
+				c := meta.FindStatusCondition(got.Conditions, typ)
+				if c == nil || string(c.Status) != status || c.Reason != tc.want.reason || !strings.Contains(c.Message, tc.want.message) ||
+					c.ObservedGeneration != 3 || !c.LastTransitionTime.Time.Equal(t0) {
+					t.Errorf("%s: %+v, want %s, reason %s, message with %q, at generation 3 and %v", typ, c, status, tc.want.reason, tc.want.message, t0)
+				}
+			}
+			if tc.st.Conditions != nil {
+				t.Fatal("the input was changed")
+			}
+		})
+	}
+}
+
+func TestRunConditionsKeepTheTransitionOfAnUnchangedStatus(t *testing.T) {
+	running := RunConditions(bloodravenv1alpha1.DeployRunStatus{Outcome: bloodravenv1alpha1.DeployRunRunning, Phase: "pre-ddl"}, 1, t0)
+	later := t0.Add(time.Minute)
+	again := running
+	again.Phase = "ddl"
+	again = RunConditions(again, 1, later)
+	if c := meta.FindStatusCondition(again.Conditions, "Reconciling"); !c.LastTransitionTime.Time.Equal(t0) || !strings.Contains(c.Message, "phase ddl") {
+		t.Errorf("Reconciling after a phase change: %+v, want its transition kept at %v and the new phase in its message", c, t0)
+	}
+	if c := meta.FindStatusCondition(running.Conditions, "Reconciling"); strings.Contains(c.Message, "phase ddl") {
+		t.Error("RunConditions changed the conditions of its input")
+	}
+	ended := running
+	ended.Outcome = bloodravenv1alpha1.DeployRunSucceeded
+	ended = RunConditions(ended, 1, later)
+	if c := meta.FindStatusCondition(ended.Conditions, "Ready"); c.Status != metav1.ConditionTrue || !c.LastTransitionTime.Time.Equal(later) {
+		t.Errorf("Ready after success: %+v, want True since %v", c, later)
+	}
+	if again := RunConditions(ended, 1, later.Add(time.Hour)); !equality.Semantic.DeepEqual(again, ended) {
+		t.Error("projecting an unchanged status again changed it: every sync would write")
 	}
 }

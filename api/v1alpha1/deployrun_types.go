@@ -98,7 +98,31 @@ type DeployRunStatus struct {
 	// granted at).
 	// +optional
 	RevokedAtGeneration int64 `json:"revokedAtGeneration,omitempty"`
+
+	// ObservedGeneration is the metadata.generation this status was
+	// written for (the spec never changes, so it is the run's first).
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions are the standard ones GitOps tools gate on (kstatus, read
+	// by Flux and kubectl wait; Argo CD through the health check in
+	// docs/gitops.md), projected from the outcome: Reconciling is True
+	// while the run holds the mutex; Ready is True once it succeeded (or
+	// released the mutex without reporting an outcome); Stalled is True,
+	// with the outcome as its reason, once it failed, lost its authority,
+	// expired or ended in an unknown way.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
+
+// Condition types of a DeployRun (kstatus's).
+const (
+	DeployRunReady       = "Ready"
+	DeployRunReconciling = "Reconciling"
+	DeployRunStalled     = "Stalled"
+)
 
 // DeployRun records one granted migration operation: who ran it, at which
 // topology generation, how far it got and how it ended. Created, changed and

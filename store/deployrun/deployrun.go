@@ -81,7 +81,7 @@ func Sync(ctx context.Context, read client.Reader, w client.Client, g *bloodrave
 	if run.Spec.OperationID != rec.OperationID || run.Spec.Instance != rec.Instance {
 		return nil // not this operation's
 	}
-	return writeStatus(ctx, w, run, policy.RunStatus(run.Status, rec, now))
+	return writeStatus(ctx, w, run, policy.RunStatus(run.Status, rec, now), now)
 }
 
 // SyncFresh is Sync on fresh reads (read must be uncached), deciding again
@@ -106,7 +106,7 @@ func Begin(ctx context.Context, read client.Reader, w client.Client, g *bloodrav
 	if err != nil {
 		return err
 	}
-	if err = writeStatus(ctx, w, run, policy.RunStatus(run.Status, rec, now)); IsRace(err) {
+	if err = writeStatus(ctx, w, run, policy.RunStatus(run.Status, rec, now), now); IsRace(err) {
 		return SyncFresh(ctx, read, w, g, rec, now)
 	}
 	return err
@@ -114,9 +114,10 @@ func Begin(ctx context.Context, read client.Reader, w client.Client, g *bloodrav
 
 // Report records outcome, reported by the client of instance's operation
 // after its record was replaced, on its ended run that carries no report
-// yet (policy.RunReported). It reads from read, which must be uncached.
+// yet (policy.RunReported) at now. It reads from read, which must be
+// uncached.
 func Report(ctx context.Context, read client.Reader, w client.Client, g *bloodravenv1alpha1.MysqlFailoverGroup, instance, operationID string,
-	tenure time.Time, outcome leases.Outcome) error {
+	tenure time.Time, outcome leases.Outcome, now time.Time) error {
 	return store.Retry(func(bool) error {
 		run := &bloodravenv1alpha1.DeployRun{}
 		if err := read.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: Name(g, instance, operationID, tenure)}, run); err != nil {
@@ -126,20 +127,20 @@ func Report(ctx context.Context, read client.Reader, w client.Client, g *bloodra
 		if !ok {
 			return nil
 		}
-		return writeStatus(ctx, w, run, next)
+		return writeStatus(ctx, w, run, next, now)
 	})
 }
 
 // Lost records each of runs displaced by current, the group's migration
 // record (policy.RunDisplaced), as ended in an unknown way
-// (policy.RunLost).
-func Lost(ctx context.Context, w client.Client, runs []bloodravenv1alpha1.DeployRun, current *leases.Record) error {
+// (policy.RunLost), at now.
+func Lost(ctx context.Context, w client.Client, runs []bloodravenv1alpha1.DeployRun, current *leases.Record, now time.Time) error {
 	for i := range runs {
 		r := &runs[i]
 		if !policy.RunDisplaced(r.Spec.OperationID, r.Status, current) {
 			continue
 		}
-		if err := writeStatus(ctx, w, r, policy.RunLost(r.Status)); err != nil && !IsRace(err) {
+		if err := writeStatus(ctx, w, r, policy.RunLost(r.Status), now); err != nil && !IsRace(err) {
 			return err
 		}
 	}
@@ -226,10 +227,13 @@ func createRun(ctx context.Context, w client.Client, g *bloodravenv1alpha1.Mysql
 	return run, nil
 }
 
-// writeStatus writes next as run's status with the resourceVersion run was
+// writeStatus writes next as run's status, with the conditions of its
+// outcome at now (policy.RunConditions), with the resourceVersion run was
 // read at; a conflict is returned (IsRace), a run pruned meanwhile is left
-// alone.
-func writeStatus(ctx context.Context, w client.Client, run *bloodravenv1alpha1.DeployRun, next bloodravenv1alpha1.DeployRunStatus) error {
+// alone. Nothing is written when nothing changed.
+func writeStatus(ctx context.Context, w client.Client, run *bloodravenv1alpha1.DeployRun, next bloodravenv1alpha1.DeployRunStatus, now time.Time) error {
+	next.Conditions = run.Status.Conditions
+	next = policy.RunConditions(next, run.Generation, now)
 	if equality.Semantic.DeepEqual(run.Status, next) {
 		return nil
 	}

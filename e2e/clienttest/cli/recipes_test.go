@@ -49,17 +49,31 @@ func TestThePipelineRecipesRun(t *testing.T) {
 			}
 			c := job.Spec.Template.Spec.Containers[0]
 			// The kubelet's expansion of $(VAR): values given inline, and
-			// the Job's name for the downward API's job-name label.
-			vars := map[string]string{}
-			for _, e := range c.Env {
-				switch {
-				case e.Value != "":
-					vars[e.Name] = e.Value
-				case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && strings.Contains(e.ValueFrom.FieldRef.FieldPath, "job-name"):
-					vars[e.Name] = job.Name
+			// the Job's name for the downward API's job-name label (a
+			// generated one, as the API server makes, for a hook Job
+			// created anew on every sync).
+			argsOf := func(jobName string) []string {
+				vars := map[string]string{}
+				for _, e := range c.Env {
+					switch {
+					case e.Value != "":
+						vars[e.Name] = e.Value
+					case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && strings.Contains(e.ValueFrom.FieldRef.FieldPath, "job-name"):
+						vars[e.Name] = jobName
+					}
+				}
+				return append(append([]string(nil), c.Command...), expandAll(c.Args, vars)...)
+			}
+			name := job.Name
+			if name == "" {
+				name = job.GenerateName + "x7k2p"
+				// Every sync attempt is a fresh operation: an id refused
+				// after a revocation (exit 8) is never the next sync's.
+				if a, b := argOperationID(t, argsOf(name)), argOperationID(t, argsOf(job.GenerateName+"q9w4r")); a == b || !strings.Contains(a, "3f9c2e1") {
+					t.Fatalf("%s: two syncs run operation %q and %q: want a fresh id per attempt, naming the revision", file, a, b)
 				}
 			}
-			argv := append(append([]string(nil), c.Command...), expandAll(c.Args, vars)...)
+			argv := argsOf(name)
 			code, out := s.runRecipe(bin, argv)
 			if code != deploycmd.ExitOK {
 				t.Fatalf("%s: %q exited %d:\n%s", file, strings.Join(argv, " "), code, out)
@@ -111,6 +125,21 @@ func assertRetriesOnlyExit3(t *testing.T, job *batchv1.Job) {
 	if r == nil || r.Operator != batchv1.PodFailurePolicyOnExitCodesOpNotIn || len(r.Values) != 1 || r.Values[0] != deploycmd.ExitNotAcquired {
 		t.Fatalf("onExitCodes %+v: want NotIn [3]", r)
 	}
+}
+
+// argOperationID is the --operation-id of argv.
+func argOperationID(t *testing.T, argv []string) string {
+	t.Helper()
+	for _, a := range argv {
+		if id, ok := strings.CutPrefix(a, "--operation-id="); ok {
+			if strings.Contains(id, "$(") {
+				t.Fatalf("operation id %q is not expanded", id)
+			}
+			return id
+		}
+	}
+	t.Fatalf("no --operation-id in %q", argv)
+	return ""
 }
 
 var k8sVar = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
