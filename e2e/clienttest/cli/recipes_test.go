@@ -30,12 +30,28 @@ func TestThePipelineRecipesRun(t *testing.T) {
 	bin := s.pathWithCLI()
 	dir := filepath.Join(testenv.RepoRoot(), "examples", "pipelines")
 
-	for _, file := range []string{"job.yaml", "argocd-presync.yaml"} {
-		t.Run(file, func(t *testing.T) {
+	// The Job recipes: two files, and the Helm hook as `helm template`
+	// renders it (revision 1).
+	readFile := func(file string) func(t *testing.T) []byte {
+		return func(t *testing.T) []byte {
 			raw, err := os.ReadFile(filepath.Join(dir, file))
 			if err != nil {
 				t.Fatal(err)
 			}
+			return raw
+		}
+	}
+	for _, recipe := range []struct {
+		file string
+		load func(t *testing.T) []byte
+	}{
+		{"job.yaml", readFile("job.yaml")},
+		{"argocd-presync.yaml", readFile("argocd-presync.yaml")},
+		{"helm-hook", func(t *testing.T) []byte { return helmHook(t, filepath.Join(dir, "helm-hook")) }},
+	} {
+		file := recipe.file
+		t.Run(file, func(t *testing.T) {
+			raw := recipe.load(t)
 			var job batchv1.Job
 			if err := yaml.UnmarshalStrict(raw, &job); err != nil {
 				t.Fatalf("%s: %v", file, err)
@@ -44,8 +60,11 @@ func TestThePipelineRecipesRun(t *testing.T) {
 			if err := env.Client.Create(context.Background(), job.DeepCopy(), client.DryRunAll); err != nil {
 				t.Fatalf("%s: the API server refuses it: %v", file, err)
 			}
-			if file == "job.yaml" {
+			if file != "argocd-presync.yaml" {
 				assertRetriesOnlyExit3(t, &job)
+			}
+			if file == "helm-hook" && (job.Name != "orders-migrate-1" || !strings.Contains(job.Annotations["helm.sh/hook"], "pre-upgrade")) {
+				t.Fatalf("the hook renders as Job %q with hook %q: want orders-migrate-<revision>, a pre-upgrade hook", job.Name, job.Annotations["helm.sh/hook"])
 			}
 			c := job.Spec.Template.Spec.Containers[0]
 			// The kubelet's expansion of $(VAR): values given inline, and
@@ -106,11 +125,149 @@ func TestThePipelineRecipesRun(t *testing.T) {
 		if script == "" {
 			t.Fatal("no step runs bloodraven-deploy")
 		}
-		code, out := s.runRecipe(bin, []string{"sh", "-c", script}, "GITHUB_SHA=3f9c2e1", "GITHUB_RUN_ID=118", "RUNNER_TEMP="+t.TempDir())
+		attempt := func(n string) []string {
+			return []string{"GITHUB_SHA=3f9c2e1", "GITHUB_RUN_ID=118", "GITHUB_RUN_ATTEMPT=" + n, "RUNNER_TEMP=" + t.TempDir()}
+		}
+		freshPerAttempt(t, script, attempt("1"), attempt("2"))
+		code, out := s.runRecipe(bin, []string{"sh", "-c", script}, attempt("1")...)
 		if code != deploycmd.ExitOK {
 			t.Fatalf("the step exited %d:\n%s", code, out)
 		}
 	})
+	t.Run("gitlab-ci.yml", func(t *testing.T) {
+		raw, err := os.ReadFile(filepath.Join(dir, "gitlab-ci.yml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ci map[string]struct {
+			Variables map[string]string `json:"variables"`
+			Script    []string          `json:"script"`
+		}
+		if err := yaml.Unmarshal(raw, &ci); err != nil {
+			t.Fatal(err)
+		}
+		job, ok := ci["migrate"]
+		if !ok || len(job.Script) == 0 {
+			t.Fatal("no migrate job with a script")
+		}
+		script := strings.Join(job.Script, "\n")
+		attempt := func(jobID string) []string {
+			env := []string{"CI_COMMIT_SHORT_SHA=3f9c2e1", "CI_JOB_ID=" + jobID, "CI_PROJECT_DIR=" + t.TempDir()}
+			for k, v := range job.Variables {
+				env = append(env, k+"="+v)
+			}
+			return env
+		}
+		freshPerAttempt(t, script, attempt("4711"), attempt("4712"))
+		if code, out := s.runRecipe(bin, []string{"sh", "-c", script}, attempt("4711")...); code != deploycmd.ExitOK {
+			t.Fatalf("the job exited %d:\n%s", code, out)
+		}
+	})
+	t.Run("action/action.yml", func(t *testing.T) {
+		raw, err := os.ReadFile(filepath.Join(dir, "action", "action.yml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var action struct {
+			Inputs map[string]struct {
+				Default string `json:"default"`
+			} `json:"inputs"`
+			Runs struct {
+				Using string `json:"using"`
+				Steps []struct {
+					Shell string            `json:"shell"`
+					Env   map[string]string `json:"env"`
+					Run   string            `json:"run"`
+				} `json:"steps"`
+			} `json:"runs"`
+		}
+		if err := yaml.Unmarshal(raw, &action); err != nil {
+			t.Fatal(err)
+		}
+		if action.Runs.Using != "composite" || len(action.Runs.Steps) != 1 {
+			t.Fatalf("runs %+v: want one composite step", action.Runs)
+		}
+		step := action.Runs.Steps[0]
+		// GitHub's expansion of ${{ inputs.x }}: the caller's with, else
+		// the input's default.
+		with := map[string]string{"group": operatortest.GroupName, "instance": operatortest.Instance, "command": "migrate up"}
+		input := regexp.MustCompile(`\$\{\{ *inputs\.([a-z-]+) *\}\}`)
+		output := filepath.Join(t.TempDir(), "output")
+		attempt := func(n string) []string {
+			env := []string{"GITHUB_SHA=3f9c2e1", "GITHUB_RUN_ID=118", "GITHUB_RUN_ATTEMPT=" + n, "RUNNER_TEMP=" + t.TempDir(), "GITHUB_OUTPUT=" + output}
+			for k, v := range step.Env {
+				env = append(env, k+"="+input.ReplaceAllStringFunc(v, func(m string) string {
+					name := input.FindStringSubmatch(m)[1]
+					in, ok := action.Inputs[name]
+					if !ok {
+						t.Fatalf("env %s uses input %s, which the action does not declare", k, name)
+					}
+					if w, ok := with[name]; ok {
+						return w
+					}
+					return in.Default
+				}))
+			}
+			return env
+		}
+		freshPerAttempt(t, step.Run, attempt("1"), attempt("2"))
+		if code, out := s.runRecipe(bin, []string{step.Shell, "-c", step.Run}, attempt("1")...); code != deploycmd.ExitOK {
+			t.Fatalf("the action exited %d:\n%s", code, out)
+		}
+		if b, _ := os.ReadFile(output); !strings.Contains(string(b), "outcome-file=") {
+			t.Fatalf("the action set no outcome-file output: %q", b)
+		}
+	})
+}
+
+// helmHook renders the Helm hook chart with bin/helm and returns its Job.
+func helmHook(t *testing.T, chart string) []byte {
+	t.Helper()
+	home := t.TempDir()
+	cmd := exec.Command(filepath.Join(testenv.RepoRoot(), "bin", "helm"), "template", "orders", chart, "--namespace", "orders")
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template %s (run `make tools` if bin/helm is missing): %v", chart, err)
+	}
+	return out
+}
+
+// freshPerAttempt runs script twice with a stub bloodraven-deploy that only
+// records its arguments, once per attempt's environment, and fails unless
+// the two attempts run two operations: an operation id refused after a
+// revocation (exit 8) must never be the next attempt's.
+func freshPerAttempt(t *testing.T, script string, first, second []string) {
+	t.Helper()
+	ids := make([]string, 2)
+	for i, env := range [][]string{first, second} {
+		dir := t.TempDir()
+		stub := "#!/bin/sh\nprintf '%s\\n' \"$@\" > \"" + filepath.Join(dir, "args") + "\"\n"
+		if err := os.WriteFile(filepath.Join(dir, "bloodraven-deploy"), []byte(stub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("sh", "-c", script)
+		cmd.Env = append(append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH")), env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("the script with a stub CLI: %v\n%s", err, out)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "args"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := strings.Split(strings.TrimSpace(string(b)), "\n")
+		for j, a := range args {
+			if a == "--operation-id" && j+1 < len(args) {
+				ids[i] = args[j+1]
+			}
+		}
+		if ids[i] == "" {
+			t.Fatalf("the script passes no --operation-id: %q", args)
+		}
+	}
+	if ids[0] == ids[1] {
+		t.Fatalf("two attempts run the same operation %q: want a fresh id per attempt", ids[0])
+	}
 }
 
 // assertRetriesOnlyExit3: the Job's podFailurePolicy fails the Job on every
