@@ -48,6 +48,7 @@ func TestThePipelineRecipesRun(t *testing.T) {
 		{"job.yaml", readFile("job.yaml")},
 		{"argocd-presync.yaml", readFile("argocd-presync.yaml")},
 		{"helm-hook", func(t *testing.T) []byte { return helmHook(t, filepath.Join(dir, "helm-hook")) }},
+		{"flux/migrate-job.yaml", readFile(filepath.Join("flux", "migrate-job.yaml"))},
 	} {
 		file := recipe.file
 		t.Run(file, func(t *testing.T) {
@@ -71,7 +72,9 @@ func TestThePipelineRecipesRun(t *testing.T) {
 			// the Job's name for the downward API's job-name label (a
 			// generated one, as the API server makes, for a hook Job
 			// created anew on every sync).
-			argsOf := func(jobName string) []string {
+			// The pod's job-name and controller-uid labels, as the Job
+			// controller sets them.
+			argsOf := func(jobName, jobUID string) []string {
 				vars := map[string]string{}
 				for _, e := range c.Env {
 					switch {
@@ -79,20 +82,30 @@ func TestThePipelineRecipesRun(t *testing.T) {
 						vars[e.Name] = e.Value
 					case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && strings.Contains(e.ValueFrom.FieldRef.FieldPath, "job-name"):
 						vars[e.Name] = jobName
+					case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && strings.Contains(e.ValueFrom.FieldRef.FieldPath, "controller-uid"):
+						vars[e.Name] = jobUID
 					}
 				}
 				return append(append([]string(nil), c.Command...), expandAll(c.Args, vars)...)
 			}
+			const uid1, uid2 = "4f1e9a52-0c6d-4b0e-9a51-1d2f3c4b5a61", "7b2c8d13-5e4f-4a6b-8c7d-9e0f1a2b3c4d"
 			name := job.Name
-			if name == "" {
+			switch {
+			case name == "":
 				name = job.GenerateName + "x7k2p"
 				// Every sync attempt is a fresh operation: an id refused
 				// after a revocation (exit 8) is never the next sync's.
-				if a, b := argOperationID(t, argsOf(name)), argOperationID(t, argsOf(job.GenerateName+"q9w4r")); a == b || !strings.Contains(a, "3f9c2e1") {
+				if a, b := argOperationID(t, argsOf(name, uid1)), argOperationID(t, argsOf(job.GenerateName+"q9w4r", uid2)); a == b || !strings.Contains(a, "3f9c2e1") {
 					t.Fatalf("%s: two syncs run operation %q and %q: want a fresh id per attempt, naming the revision", file, a, b)
 				}
+			case strings.HasPrefix(file, "flux/"):
+				// The Job recreated under the same name (Flux's force, or a
+				// person's retry) is a fresh operation.
+				if a, b := argOperationID(t, argsOf(name, uid1)), argOperationID(t, argsOf(name, uid2)); a == b {
+					t.Fatalf("%s: the Job recreated under its name runs operation %q again: want a fresh id per Job", file, a)
+				}
 			}
-			argv := argsOf(name)
+			argv := argsOf(name, uid1)
 			code, out := s.runRecipe(bin, argv)
 			if code != deploycmd.ExitOK {
 				t.Fatalf("%s: %q exited %d:\n%s", file, strings.Join(argv, " "), code, out)
@@ -161,6 +174,92 @@ func TestThePipelineRecipesRun(t *testing.T) {
 		freshPerAttempt(t, script, attempt("4711"), attempt("4712"))
 		if code, out := s.runRecipe(bin, []string{"sh", "-c", script}, attempt("4711")...); code != deploycmd.ExitOK {
 			t.Fatalf("the job exited %d:\n%s", code, out)
+		}
+	})
+	t.Run("flux/kustomizations.yaml", func(t *testing.T) {
+		raw, err := os.ReadFile(filepath.Join(dir, "flux", "kustomizations.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		type kustomization struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+			Spec struct {
+				Path      string `json:"path"`
+				Wait      bool   `json:"wait"`
+				Force     bool   `json:"force"`
+				DependsOn []struct {
+					Name string `json:"name"`
+				} `json:"dependsOn"`
+			} `json:"spec"`
+		}
+		byName := map[string]kustomization{}
+		for _, doc := range strings.Split(string(raw), "\n---\n") {
+			var k kustomization
+			if err := yaml.Unmarshal([]byte(doc), &k); err != nil {
+				t.Fatal(err)
+			}
+			byName[k.Metadata.Name] = k
+		}
+		m, app := byName["orders-migrate"], byName["orders-app"]
+		if m.Kind != "Kustomization" || !m.Spec.Wait || !m.Spec.Force {
+			t.Errorf("orders-migrate %+v: want a Kustomization that waits for its Job and recreates it", m)
+		}
+		if len(app.Spec.DependsOn) != 1 || app.Spec.DependsOn[0].Name != "orders-migrate" {
+			t.Errorf("orders-app depends on %+v: want orders-migrate, so the application follows a finished migration", app.Spec.DependsOn)
+		}
+	})
+	t.Run("tekton-task.yaml", func(t *testing.T) {
+		raw, err := os.ReadFile(filepath.Join(dir, "tekton-task.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var task struct {
+			Kind string `json:"kind"`
+			Spec struct {
+				Params []struct {
+					Name string `json:"name"`
+				} `json:"params"`
+				Steps []struct {
+					Env []struct {
+						Name  string `json:"name"`
+						Value string `json:"value"`
+					} `json:"env"`
+					Script string `json:"script"`
+				} `json:"steps"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal(raw, &task); err != nil {
+			t.Fatal(err)
+		}
+		if task.Kind != "Task" || len(task.Spec.Steps) != 1 {
+			t.Fatalf("%+v: want a Task with one step", task)
+		}
+		// Tekton's substitution of $(params.x) and $(context.taskRun.name),
+		// the latter left to the shell so that two runs can differ.
+		params := map[string]string{"group": operatortest.GroupName, "instance": operatortest.Instance, "revision": "3f9c2e1",
+			"image": "registry.example.com/orders/migrate:3f9c2e1"}
+		declared := map[string]bool{}
+		for _, p := range task.Spec.Params {
+			declared[p.Name] = true
+		}
+		script := regexp.MustCompile(`\$\(params\.([a-z-]+)\)`).ReplaceAllStringFunc(task.Spec.Steps[0].Script, func(m string) string {
+			name := m[len("$(params.") : len(m)-1]
+			if !declared[name] {
+				t.Fatalf("the script uses param %s, which the Task does not declare", name)
+			}
+			return params[name]
+		})
+		script = strings.ReplaceAll(script, "$(context.taskRun.name)", "${TASKRUN_NAME}")
+		var env []string
+		for _, e := range task.Spec.Steps[0].Env {
+			env = append(env, e.Name+"="+e.Value)
+		}
+		freshPerAttempt(t, script, append(env, "TASKRUN_NAME=migrate-run-x7k2p"), append(env, "TASKRUN_NAME=migrate-run-q9w4r"))
+		if code, out := s.runRecipe(bin, []string{"sh", "-c", script}, append(env, "TASKRUN_NAME=migrate-run-x7k2p")...); code != deploycmd.ExitOK {
+			t.Fatalf("the step exited %d:\n%s", code, out)
 		}
 	})
 	t.Run("action/action.yml", func(t *testing.T) {
