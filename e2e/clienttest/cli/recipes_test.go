@@ -187,9 +187,8 @@ func TestThePipelineRecipesRun(t *testing.T) {
 				Name string `json:"name"`
 			} `json:"metadata"`
 			Spec struct {
-				Path      string `json:"path"`
-				Wait      bool   `json:"wait"`
-				Force     bool   `json:"force"`
+				Wait      bool `json:"wait"`
+				Force     bool `json:"force"`
 				DependsOn []struct {
 					Name string `json:"name"`
 				} `json:"dependsOn"`
@@ -257,8 +256,9 @@ func TestThePipelineRecipesRun(t *testing.T) {
 		for _, e := range task.Spec.Steps[0].Env {
 			env = append(env, e.Name+"="+e.Value)
 		}
-		freshPerAttempt(t, script, append(env, "TASKRUN_NAME=migrate-run-x7k2p"), append(env, "TASKRUN_NAME=migrate-run-q9w4r"))
-		if code, out := s.runRecipe(bin, []string{"sh", "-c", script}, append(env, "TASKRUN_NAME=migrate-run-x7k2p")...); code != deploycmd.ExitOK {
+		run := func(name string) []string { return append(append([]string(nil), env...), "TASKRUN_NAME="+name) }
+		freshPerAttempt(t, script, run("migrate-run-x7k2p"), run("migrate-run-q9w4r"))
+		if code, out := s.runRecipe(bin, []string{"sh", "-c", script}, run("migrate-run-x7k2p")...); code != deploycmd.ExitOK {
 			t.Fatalf("the step exited %d:\n%s", code, out)
 		}
 	})

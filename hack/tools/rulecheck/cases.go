@@ -41,10 +41,10 @@ type alertCase struct {
 }
 
 // runCases evaluates every alerting rule of groups against the cases of
-// path: every alert must have a case, and a case must fire at each of its
-// Firing times and be quiet (neither firing nor absent-for-lack-of-hold
-// errors) at each Quiet time. Alerting follows Prometheus: a label set that
-// the expression returns at every evaluation for the rule's `for` fires.
+// path: every alert must have a case, and a case's alert must fire at each
+// of its Firing times and not fire at any of its Quiet times. Alerting
+// follows Prometheus: a label set that the expression returns at every
+// evaluation for the rule's `for` fires.
 func runCases(path string, groups *rulefmt.RuleGroups) []error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -135,14 +135,11 @@ func evaluate(engine *promqlengine.Engine, q storage.Queryable, r rulefmt.Rule, 
 			return nil, err
 		}
 		res := qry.Exec(context.Background())
-		if res.Err != nil {
-			return nil, res.Err
-		}
-		vec, err := res.Vector()
+		vec, err := res.Vector() // res.Err when the query failed
+		qry.Close()
 		if err != nil {
 			return nil, err
 		}
-		qry.Close()
 		seen := map[string]bool{}
 		for _, s := range vec {
 			k := s.Metric.String()
