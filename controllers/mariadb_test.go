@@ -38,9 +38,7 @@ func realSites(t *testing.T, f *fixture) (iad, pdx *mariadblocal.Server, fd *fau
 		g.Spec.Sites = []bloodravenv1alpha1.Site{{Name: "iad", Host: "127.0.0.1", Port: int32(iad.Port)}, {Name: "pdx", Host: "127.0.0.1", Port: int32(pdx.Port)}}
 	})
 	f.group = f.get()
-	d := mysqldriver.New(func(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
-		return "bloodraven", "s3cret", nil
-	})
+	d := mysqldriver.New(mysqldriver.Static(mysqldriver.Account{User: "bloodraven", Password: "s3cret"}))
 	t.Cleanup(d.Close)
 	fd = &faultyDriver{Driver: d}
 	f.rec.Driver = fd

@@ -103,9 +103,7 @@ func eventReasons(t *testing.T, admin client.Client) []string {
 // the playground's account.
 func siteObserver(t *testing.T) *mysqldriver.Driver {
 	t.Helper()
-	probe := mysqldriver.New(func(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
-		return devenv.MySQLUser, devenv.MySQLPassword, nil
-	})
+	probe := mysqldriver.New(mysqldriver.Static(mysqldriver.Account{User: devenv.MySQLUser, Password: devenv.MySQLPassword}))
 	t.Cleanup(probe.Close)
 	return probe
 }

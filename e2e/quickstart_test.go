@@ -68,6 +68,8 @@ func runQuickstart(t *testing.T, root string, p *devenv.Playground) {
 		{match: regexp.MustCompile(`^kubectl .*rollout status `), how: "needs running Pods (the playground has no kubelet)"},
 		{match: regexp.MustCompile(`^helm test `), how: "needs the installed release's Pods"},
 		{match: regexp.MustCompile(`^kubectl (create|label) namespace orders`)},
+		{match: regexp.MustCompile(`^kubectl --namespace orders create secret generic orders-mysql-ca --from-file=ca\.crt=mysql-ca\.crt$`), args: dryRun,
+			rewrite: func(line string) string { return strings.Replace(line, "=mysql-ca.crt", "="+caFile, 1) }},
 		{match: regexp.MustCompile(`^kubectl (--namespace \S+ )?apply -f `), args: dryRun},
 		{match: regexp.MustCompile(`^kubectl --namespace orders get mysqlfailovergroup orders$`), how: "the group was applied as a dry run"},
 		{match: regexp.MustCompile(`^kubectl --namespace bloodraven get secret bloodraven-ca `), how: "needs cert-manager to issue the CA (the playground's ca.crt stands in)"},

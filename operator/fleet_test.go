@@ -104,9 +104,7 @@ func startFleetOperator(t *testing.T, ns string, workers int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv := mysqldriver.NewCached(func(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
-		return "bloodraven", "s3cret", nil
-	}, clock.RealClock{})
+	drv := mysqldriver.NewCached(mysqldriver.Static(mysqldriver.Account{User: "bloodraven", Password: "s3cret"}), clock.RealClock{})
 	key, err := leasestore.LoadRecordKey(ctx, env.Client, ns, "bloodraven-lease-record-key", ns)
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,48 @@ type SecretReference struct {
 	Name string `json:"name"`
 }
 
+// DatabaseTLSMode says whether the operator's connections to a group's sites
+// use TLS.
+// +kubebuilder:validation:Enum=Required;Disabled
+type DatabaseTLSMode string
+
+// Modes of spec.tls.
+const (
+	// DatabaseTLSRequired: every connection is TLS, the server's
+	// certificate must chain to the group's CA and name the site's host,
+	// and a server that does not offer TLS is refused.
+	DatabaseTLSRequired DatabaseTLSMode = "Required"
+	// DatabaseTLSDisabled: plaintext connections, as without spec.tls.
+	DatabaseTLSDisabled DatabaseTLSMode = "Disabled"
+)
+
+// DatabaseTLS is how the operator's MySQL topology driver connects to a
+// group's sites.
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Required' || has(self.caSecretRef)",message="spec.tls.caSecretRef is required when spec.tls.mode is Required"
+type DatabaseTLS struct {
+	// Mode is Required (default) or Disabled. Required has no unverified
+	// form: the server's certificate is always checked against the CA and
+	// the site's host.
+	// +optional
+	// +kubebuilder:default=Required
+	Mode DatabaseTLSMode `json:"mode,omitempty"`
+
+	// CASecretRef names a Secret in the group's namespace whose key ca.crt
+	// holds the PEM certificates the sites' server certificates must chain
+	// to (a cert-manager Certificate's Secret has it). Required when mode is
+	// Required.
+	// +optional
+	CASecretRef *SecretReference `json:"caSecretRef,omitempty"`
+
+	// ClientCertificateSecretRef names a Secret in the group's namespace
+	// with keys tls.crt and tls.key (a kubernetes.io/tls Secret): the
+	// certificate the driver presents, for accounts created with REQUIRE
+	// X509 or REQUIRE SUBJECT. Optional; it may name the same Secret as
+	// caSecretRef.
+	// +optional
+	ClientCertificateSecretRef *SecretReference `json:"clientCertificateSecretRef,omitempty"`
+}
+
 // PlannedFailoverRequest asks for a planned switchover to TargetSite. A new ID
 // is a new request; re-applying the same ID changes nothing.
 type PlannedFailoverRequest struct {
@@ -96,6 +138,13 @@ type MysqlFailoverGroupSpec struct {
 	// --topology-driver=mysql.
 	// +optional
 	CredentialsSecretRef *SecretReference `json:"credentialsSecretRef,omitempty"`
+
+	// TLS is how the MySQL topology driver connects to the sites. Optional;
+	// absent: plaintext. The driver reads the Secrets it names with the
+	// account's, and reads them again after a site refuses the certificate
+	// or the account.
+	// +optional
+	TLS *DatabaseTLS `json:"tls,omitempty"`
 
 	// FailureDetectionSeconds is the detection budget of emergency failover:
 	// how long the primary must be unreachable before the operator promotes

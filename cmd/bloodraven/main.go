@@ -13,7 +13,6 @@ import (
 
 	"github.com/go-logr/logr"
 	gomysql "github.com/go-sql-driver/mysql"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -27,7 +26,6 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/shipstream/bloodraven"
-	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/logbridge"
 	"github.com/shipstream/bloodraven/operator"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
@@ -311,26 +309,9 @@ func topologyDriver(opts options, mgr ctrl.Manager, clk clock.WithTicker) topolo
 		sim.AutoSeed = true
 		return sim
 	case "mysql":
-		return mysqldriver.NewCached(secretCredentials(mgr.GetAPIReader()), clk)
+		return mysqldriver.NewCached(mysqldriver.FromSecrets(mgr.GetAPIReader()), clk)
 	}
 	return topology.None{}
-}
-
-// secretCredentials reads a group's MySQL account from the Secret named by
-// spec.credentialsSecretRef (keys username and password), by a GET of that
-// Secret; the driver keeps it for mysqldriver.DefaultCredentialTTL.
-func secretCredentials(api client.Reader) mysqldriver.Credentials {
-	return func(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
-		ref := g.Spec.CredentialsSecretRef
-		if ref == nil {
-			return "", "", fmt.Errorf("group %s/%s has no spec.credentialsSecretRef", g.Namespace, g.Name)
-		}
-		var sec corev1.Secret
-		if err := api.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: ref.Name}, &sec); err != nil {
-			return "", "", fmt.Errorf("credentials Secret %s/%s: %w", g.Namespace, ref.Name, err)
-		}
-		return string(sec.Data["username"]), string(sec.Data["password"]), nil
-	}
 }
 
 func deployAddr(o options) string {

@@ -23,6 +23,7 @@ import (
 	"github.com/shipstream/bloodraven/internal/mariadblocal"
 	"github.com/shipstream/bloodraven/internal/node"
 	"github.com/shipstream/bloodraven/internal/ociimage"
+	"github.com/shipstream/bloodraven/internal/pki"
 	"github.com/shipstream/bloodraven/internal/testenv"
 	bloodravenscheme "github.com/shipstream/bloodraven/scheme"
 )
@@ -72,8 +73,22 @@ func TestTheREADMEQuickstartRunsOnTheNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	ports := [2]int{testenv.FreePort(t), testenv.FreePort(t)}
-	// The account orders.yaml's Secret names.
-	startSites(t, ports, "bloodraven", "change-me")
+	// The account orders.yaml's Secret names, on sites that offer TLS with
+	// certificates from the CA the quickstart gives the group.
+	siteCA, err := pki.NewCA("orders-mysql-ca", time.Now(), 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(qs, "mysql-ca.crt"), siteCA.CertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sites, err := clusterenv.StartSitesWithTLS(ctx, t.TempDir(), ports, "bloodraven", "change-me", siteCA)
+	for _, s := range sites {
+		t.Cleanup(s.Kill)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("the Job's image %s: built and imported", importJobImage(t))
 	tls, err := clusterenv.NewListenerCA(time.Now())
 	if err != nil {
@@ -100,6 +115,11 @@ func TestTheREADMEQuickstartRunsOnTheNode(t *testing.T) {
 		{match: regexp.MustCompile(`^kubectl .*rollout status `)},
 		{match: regexp.MustCompile(`^helm test `)},
 		{match: regexp.MustCompile(`^kubectl (create|label) namespace orders`)},
+		{match: regexp.MustCompile(`^kubectl --namespace orders create secret generic orders-mysql-ca --from-file=ca\.crt=mysql-ca\.crt$`),
+			why: "the sites' CA is the test's: mysql-ca.crt is written to the test's directory",
+			rewrite: func(line string) string {
+				return strings.Replace(line, "=mysql-ca.crt", "="+filepath.Join(qs, "mysql-ca.crt"), 1)
+			}},
 		{match: regexp.MustCompile(`^kubectl apply -f examples/quickstart/orders\.yaml$`),
 			why: "the group's sites are this machine's MariaDB servers on the node's address (the file says to replace the hosts)",
 			rewrite: func(string) string {

@@ -133,9 +133,24 @@ func (c *Cluster) startSites(ctx context.Context, layout node.Layout, ports [2]i
 // with the administrative account user/password; pdx replicates from iad.
 // On error the servers started so far are returned for the caller to stop.
 func StartSites(ctx context.Context, dir string, ports [2]int, user, password string) ([]*mariadblocal.Server, error) {
+	return StartSitesWithTLS(ctx, dir, ports, user, password, nil)
+}
+
+// StartSitesWithTLS is StartSites with each site offering TLS with a
+// certificate from ca for the node's address (what a group's spec.tls
+// verifies: the site's host), when ca is not nil.
+func StartSitesWithTLS(ctx context.Context, dir string, ports [2]int, user, password string, ca *pki.CA) ([]*mariadblocal.Server, error) {
 	var sites []*mariadblocal.Server
 	for i, name := range []string{"iad", "pdx"} {
-		s, err := mariadblocal.StartOn(ctx, filepath.Join(dir, name), name, ports[i], i+1, user, password, node.NodeIP)
+		o := mariadblocal.Options{Bind: []string{node.NodeIP}}
+		if ca != nil {
+			pair, err := ca.Issue(name, []string{node.NodeIP, "127.0.0.1"}, time.Now(), 30*24*time.Hour)
+			if err != nil {
+				return sites, err
+			}
+			o.TLS = &mariadblocal.ServerTLS{CA: ca.CertPEM, Cert: pair.CertPEM, Key: pair.KeyPEM}
+		}
+		s, err := mariadblocal.StartWith(ctx, filepath.Join(dir, name), name, ports[i], i+1, user, password, o)
 		if err != nil {
 			return sites, err
 		}

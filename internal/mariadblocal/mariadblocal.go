@@ -62,7 +62,10 @@ type Server struct {
 	User     string
 	Password string
 	// Bind are the addresses it listens on besides 127.0.0.1 (StartOn).
-	Bind   []string
+	Bind []string
+	// TLS, when set, is what the server offers TLS with (StartWith);
+	// nil: the server offers no TLS at all (have_ssl DISABLED).
+	TLS    *ServerTLS
 	cmd    *exec.Cmd
 	exited chan struct{}
 }
@@ -76,10 +79,32 @@ func Start(ctx context.Context, dir, name string, port, serverID int, user, pass
 // StartOn is Start with the server also listening on the addresses bind
 // (e.g. the node's bridge address, which its Pods reach), on the same port.
 func StartOn(ctx context.Context, dir, name string, port, serverID int, user, password string, bind ...string) (*Server, error) {
+	return StartWith(ctx, dir, name, port, serverID, user, password, Options{Bind: bind})
+}
+
+// ServerTLS is the PEM a server offers TLS with.
+type ServerTLS struct {
+	// CA verifies client certificates (REQUIRE X509 accounts).
+	CA []byte
+	// Cert and Key are the server's certificate and key.
+	Cert, Key []byte
+}
+
+// Options are StartWith's.
+type Options struct {
+	// Bind: addresses to listen on besides 127.0.0.1.
+	Bind []string
+	// TLS, when set, makes the server offer TLS (connections may still be
+	// plaintext unless an account requires SSL).
+	TLS *ServerTLS
+}
+
+// StartWith is Start with options.
+func StartWith(ctx context.Context, dir, name string, port, serverID int, user, password string, o Options) (*Server, error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}
-	s := &Server{Name: name, Port: port, ServerID: serverID, Dir: dir, User: user, Password: password, Bind: bind}
+	s := &Server{Name: name, Port: port, ServerID: serverID, Dir: dir, User: user, Password: password, Bind: o.Bind, TLS: o.TLS}
 	data := filepath.Join(dir, "data")
 	fresh := false
 	if _, err := os.Stat(filepath.Join(data, "mysql")); err != nil {
@@ -116,20 +141,24 @@ func (s *Server) start() error {
 	if err := s.makeTmpdir(); err != nil {
 		return err
 	}
+	tlsArgs, err := s.writeTLS()
+	if err != nil {
+		return err
+	}
 	log, err := os.OpenFile(filepath.Join(s.Dir, "mariadbd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
-	s.cmd = exec.Command(mariadbd, "--no-defaults",
-		"--datadir="+filepath.Join(s.Dir, "data"), "--tmpdir="+s.Tmpdir(),
-		"--socket="+s.Socket(),
-		"--pid-file="+filepath.Join(s.Dir, "mariadbd.pid"),
-		"--port="+strconv.Itoa(s.Port), "--bind-address="+strings.Join(append([]string{"127.0.0.1"}, s.Bind...), ","),
-		"--server-id="+strconv.Itoa(s.ServerID),
-		"--log-bin="+filepath.Join(s.Dir, "data", "binlog"), "--log-slave-updates", "--binlog-format=ROW",
+	s.cmd = exec.Command(mariadbd, append([]string{"--no-defaults",
+		"--datadir=" + filepath.Join(s.Dir, "data"), "--tmpdir=" + s.Tmpdir(),
+		"--socket=" + s.Socket(),
+		"--pid-file=" + filepath.Join(s.Dir, "mariadbd.pid"),
+		"--port=" + strconv.Itoa(s.Port), "--bind-address=" + strings.Join(append([]string{"127.0.0.1"}, s.Bind...), ","),
+		"--server-id=" + strconv.Itoa(s.ServerID),
+		"--log-bin=" + filepath.Join(s.Dir, "data", "binlog"), "--log-slave-updates", "--binlog-format=ROW",
 		"--gtid-strict-mode=1", "--skip-name-resolve", "--user=root",
 		"--innodb-buffer-pool-size=16M", "--innodb-log-file-size=16M", "--performance-schema=OFF",
-		"--skip-slave-start", "--max-connections=200")
+		"--skip-slave-start", "--max-connections=200"}, tlsArgs...)...)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := childproc.Do(s.cmd.Start); err != nil {
@@ -154,6 +183,31 @@ func (s *Server) start() error {
 			return fmt.Errorf("mariadbd %s not ready after 60s", s.Name)
 		}
 	}
+}
+
+// writeTLS writes the server's TLS files into its directory and returns
+// mariadbd's options for them; none without TLS.
+func (s *Server) writeTLS() ([]string, error) {
+	if s.TLS == nil {
+		return nil, nil
+	}
+	dir := filepath.Join(s.Dir, "tls")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	files := []struct {
+		opt, name string
+		pem       []byte
+	}{{"--ssl-ca", "ca.pem", s.TLS.CA}, {"--ssl-cert", "server.pem", s.TLS.Cert}, {"--ssl-key", "server-key.pem", s.TLS.Key}}
+	var args []string
+	for _, f := range files {
+		p := filepath.Join(dir, f.name)
+		if err := os.WriteFile(p, f.pem, 0o600); err != nil {
+			return nil, fmt.Errorf("TLS files of %s: %w", s.Name, err)
+		}
+		args = append(args, f.opt+"="+p)
+	}
+	return args, nil
 }
 
 func net(socket string) (*sql.DB, error) {

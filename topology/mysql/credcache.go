@@ -16,11 +16,12 @@ import (
 // read again.
 const DefaultCredentialTTL = 5 * time.Minute
 
-// CredentialCache keeps each group's account for TTL after Fetch read it
-// (the operator's Fetch is a GET of one Secret by name: no Secret informer,
-// so no list or watch of Secrets is needed). Failed reads are not kept.
+// CredentialCache keeps each group's account, with its TLS material, for
+// TTL after Fetch read it (the operator's Fetch GETs the Secrets the group
+// names: no Secret informer, so no list or watch of Secrets is needed). Failed reads are not kept.
 // Invalidate forgets a group's account: the driver calls it when a site
-// refuses the account, so a rotated password is read again at once.
+// refuses the account or fails TLS verification, so a rotated password or
+// CA is read again at once.
 // Concurrent Gets of one group that find no fresh account share one read:
 // the driver probes a group's sites in parallel, and each would otherwise
 // read the Secret.
@@ -40,9 +41,8 @@ type CredentialCache struct {
 	missHook func()
 }
 
-// account is what one read of the Secret found.
-type account struct{ user, password string }
-
+// credKey: a group, and the Secrets it names (spec.credentialsSecretRef,
+// spec.tls): a group that names other Secrets reads them at once.
 type credKey struct {
 	uid, secret string
 }
@@ -50,14 +50,24 @@ type credKey struct {
 func (k credKey) String() string { return k.uid + "/" + k.secret }
 
 type credEntry struct {
-	user, password string
-	at             time.Time
+	acct Account
+	at   time.Time
 }
 
 func keyOf(g *bloodravenv1alpha1.MysqlFailoverGroup) credKey {
 	k := credKey{uid: string(g.UID)}
 	if ref := g.Spec.CredentialsSecretRef; ref != nil {
 		k.secret = ref.Name
+	}
+	if TLSRequired(g) {
+		t := g.Spec.TLS
+		k.secret += "|tls"
+		for _, ref := range []*bloodravenv1alpha1.SecretReference{t.CASecretRef, t.ClientCertificateSecretRef} {
+			k.secret += "|"
+			if ref != nil {
+				k.secret += ref.Name
+			}
+		}
 	}
 	return k
 }
@@ -74,11 +84,11 @@ func (c *CredentialCache) ttl() time.Duration {
 // of starting another (singleflight), and an account that a read kept since
 // this Get missed is used without another; ctx bounds only the wait of
 // this caller.
-func (c *CredentialCache) Get(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
+func (c *CredentialCache) Get(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) (Account, error) {
 	k := keyOf(g)
 	now := c.Clock.Now()
 	if a, ok := c.fresh(k, now); ok {
-		return a.user, a.password, nil
+		return a, nil
 	}
 	c.mu.Lock()
 	gen := c.gen[k]
@@ -97,24 +107,23 @@ func (c *CredentialCache) Get(ctx context.Context, g *bloodravenv1alpha1.MysqlFa
 	select {
 	case res := <-ch:
 		if res.Err != nil {
-			return "", "", res.Err
+			return Account{}, res.Err
 		}
-		a := res.Val.(account)
-		return a.user, a.password, nil
+		return res.Val.(Account), nil
 	case <-ctx.Done():
-		return "", "", ctx.Err()
+		return Account{}, ctx.Err()
 	}
 }
 
 // fresh is k's kept account while it is younger than TTL at now.
-func (c *CredentialCache) fresh(k credKey, now time.Time) (account, bool) {
+func (c *CredentialCache) fresh(k credKey, now time.Time) (Account, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[k]
 	if !ok || now.Sub(e.at) >= c.ttl() {
-		return account{}, false
+		return Account{}, false
 	}
-	return account{e.user, e.password}, true
+	return e.acct, true
 }
 
 // read fetches g's account and keeps it unless an Invalidate came after
@@ -125,7 +134,7 @@ func (c *CredentialCache) read(ctx context.Context, g *bloodravenv1alpha1.MysqlF
 			err = fmt.Errorf("read credentials: panic: %v", v)
 		}
 	}()
-	user, password, err := c.Fetch(ctx, g)
+	acct, err := c.Fetch(ctx, g)
 	if err != nil {
 		return nil, err
 	}
@@ -134,10 +143,10 @@ func (c *CredentialCache) read(ctx context.Context, g *bloodravenv1alpha1.MysqlF
 		if c.m == nil {
 			c.m = map[credKey]credEntry{}
 		}
-		c.m[k] = credEntry{user: user, password: password, at: at}
+		c.m[k] = credEntry{acct: acct, at: at}
 	}
 	c.mu.Unlock()
-	return account{user, password}, nil
+	return acct, nil
 }
 
 // Invalidate forgets g's account, and makes the next Get read again even

@@ -28,6 +28,9 @@ type dialect struct {
 	stopReplica, resetReplica, startReplica string
 	// changeSource is a format: host, port, user, password.
 	changeSource string
+	// sourceSSL is appended to changeSource when the group requires TLS:
+	// the replica's connection to its source is encrypted too.
+	sourceSSL string
 }
 
 // mariaDB is MariaDB 10.5+ (tested against 10.11).
@@ -45,6 +48,7 @@ var mariaDB = dialect{
 	resetReplica: "RESET SLAVE ALL",
 	startReplica: "START SLAVE",
 	changeSource: "CHANGE MASTER TO MASTER_HOST=%s, MASTER_PORT=%d, MASTER_USER=%s, MASTER_PASSWORD=%s, MASTER_USE_GTID=current_pos, MASTER_CONNECT_RETRY=1",
+	sourceSSL:    ", MASTER_SSL=1",
 }
 
 // mySQL8 is MySQL 8.0.23+ (SHOW REPLICA STATUS, CHANGE REPLICATION SOURCE).
@@ -64,6 +68,7 @@ var mySQL8 = dialect{
 	resetReplica: "RESET REPLICA ALL",
 	startReplica: "START REPLICA",
 	changeSource: "CHANGE REPLICATION SOURCE TO SOURCE_HOST=%s, SOURCE_PORT=%d, SOURCE_USER=%s, SOURCE_PASSWORD=%s, SOURCE_AUTO_POSITION=1, SOURCE_CONNECT_RETRY=1",
+	sourceSSL:    ", SOURCE_SSL=1",
 }
 
 // dialectFor picks the dialect from SELECT VERSION().
@@ -74,11 +79,17 @@ func dialectFor(version string) dialect {
 	return mySQL8
 }
 
-// changeSourceSQL renders the statement that points a replica at a source.
-// CHANGE MASTER/REPLICATION SOURCE takes no placeholders, so values are
-// quoted here.
-func (d dialect) changeSourceSQL(host string, port int, user, password string) string {
-	return fmt.Sprintf(d.changeSource, quote(host), port, quote(user), quote(password))
+// changeSourceSQL renders the statement that points a replica at a source,
+// over TLS when ssl (the group requires TLS). CHANGE MASTER/REPLICATION
+// SOURCE takes no placeholders, so values are quoted here. Options it does
+// not name keep their values: a CA the replica verifies its source with
+// (MASTER_SSL_CA, MASTER_SSL_VERIFY_SERVER_CERT) is the server's to set.
+func (d dialect) changeSourceSQL(host string, port int, user, password string, ssl bool) string {
+	q := fmt.Sprintf(d.changeSource, quote(host), port, quote(user), quote(password))
+	if ssl {
+		q += d.sourceSSL
+	}
+	return q
 }
 
 // quote is a MySQL string literal.

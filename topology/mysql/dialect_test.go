@@ -33,8 +33,10 @@ func TestMySQL8Statements(t *testing.T) {
 		"reset":           {d.resetReplica, "RESET REPLICA ALL"},
 		"start":           {d.startReplica, "START REPLICA"},
 		"columns":         {d.ioRunning + "," + d.sqlRunning + "," + d.lag, "Replica_IO_Running,Replica_SQL_Running,Seconds_Behind_Source"},
-		"change source": {d.changeSourceSQL("db-1.pdx", 3306, "repl", "p'w"),
+		"change source": {d.changeSourceSQL("db-1.pdx", 3306, "repl", "p'w", false),
 			`CHANGE REPLICATION SOURCE TO SOURCE_HOST='db-1.pdx', SOURCE_PORT=3306, SOURCE_USER='repl', SOURCE_PASSWORD='p\'w', SOURCE_AUTO_POSITION=1, SOURCE_CONNECT_RETRY=1`},
+		"change source over TLS": {d.changeSourceSQL("db-1.pdx", 3306, "repl", "p'w", true),
+			`CHANGE REPLICATION SOURCE TO SOURCE_HOST='db-1.pdx', SOURCE_PORT=3306, SOURCE_USER='repl', SOURCE_PASSWORD='p\'w', SOURCE_AUTO_POSITION=1, SOURCE_CONNECT_RETRY=1, SOURCE_SSL=1`},
 	}
 	for name, c := range checks {
 		if c.got != c.want {
@@ -44,7 +46,10 @@ func TestMySQL8Statements(t *testing.T) {
 }
 
 func TestMariaDBChangeMasterUsesGTID(t *testing.T) {
-	got := mariaDB.changeSourceSQL("127.0.0.1", 3307, "bloodraven", "x")
+	if got, want := mariaDB.changeSourceSQL("h", 1, "u", "p", true), ", MASTER_USE_GTID=current_pos, MASTER_CONNECT_RETRY=1, MASTER_SSL=1"; !strings.HasSuffix(got, want) {
+		t.Errorf("over TLS: got %s, want it to end %q", got, want)
+	}
+	got := mariaDB.changeSourceSQL("127.0.0.1", 3307, "bloodraven", "x", false)
 	want := "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=3307, MASTER_USER='bloodraven', MASTER_PASSWORD='x', MASTER_USE_GTID=current_pos, MASTER_CONNECT_RETRY=1"
 	if got != want {
 		t.Fatalf("got %s", got)

@@ -42,9 +42,18 @@
 //
 // Every call has short timeouts (connect 2 s, read/write 10 s; GTID waits
 // are bounded by WaitTimeout). The driver's own waits read Driver.Clock
-// (clock.RealClock when nil; NewCached sets the operator's clock). TLS is
-// used when a site's spec asks for it — not implemented yet: connections
-// are plain TCP. MariaDB is tested against real servers; the MySQL 8
+// (clock.RealClock when nil; NewCached sets the operator's clock).
+//
+// TLS: when the group's spec.tls requires it, every connection is TLS 1.2+
+// verified against the group's CA and the site's host, optionally with a
+// client certificate; a server that offers no TLS, another CA's certificate
+// or one for another name is refused before any statement is sent, and the
+// group's Secrets are read again on the next call (FromSecrets reads them;
+// CredentialCache keeps them). Replication the driver points uses TLS too
+// (MASTER_SSL=1 / SOURCE_SSL=1); whether a replica verifies its source is
+// the server's own setting. Without spec.tls connections are plaintext.
+//
+// MariaDB is tested against real servers, with and without TLS; the MySQL 8
 // dialect only by SQL-level unit tests (statements recorded by a
 // database/sql test driver).
 package mysql

@@ -21,8 +21,9 @@ import (
 // had; it stays fenced and needs a human.
 var ErrErrantTransactions = errors.New("site has errant transactions: left fenced (read-only), needs manual repair")
 
-// Credentials resolves the account for a group (from its Secret).
-type Credentials func(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) (user, password string, err error)
+// Credentials resolves the account for a group, and its TLS material when
+// spec.tls requires TLS (from the Secrets the group names).
+type Credentials func(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup) (Account, error)
 
 // Driver is the SQL topology driver.
 type Driver struct {
@@ -38,9 +39,9 @@ type Driver struct {
 	// NewCached sets it to the clock it is given when that clock can wait.
 	Clock clock.Clock
 
-	// connect opens the pool of one DSN; nil: go-sql-driver/mysql. Tests
-	// put a recording database/sql driver here.
-	connect func(dsn string) (*sql.DB, error)
+	// connect opens the pool of one site's configuration; nil:
+	// go-sql-driver/mysql. Tests put a recording database/sql driver here.
+	connect func(cfg *gomysql.Config) (*sql.DB, error)
 
 	mu sync.Mutex
 	// dbs are the connection pools, one per group (UID) and address: two
@@ -54,8 +55,10 @@ type poolKey struct {
 }
 
 type pool struct {
-	dsn string
-	db  *sql.DB
+	// id is what the pool was opened with: the DSN (the account) and the
+	// TLS material's fingerprint. A pool whose id changed is replaced.
+	id string
+	db *sql.DB
 }
 
 var (
@@ -88,44 +91,61 @@ func (d *Driver) waitTimeout() time.Duration {
 	return 30 * time.Second
 }
 
-// open returns a pooled connection to one site.
+// open returns a pooled connection to one site. A group whose spec.tls
+// requires TLS is connected to only over TLS verified against its CA and
+// the site's host; a site that offers no TLS is refused (gomysql.ErrNoTLS).
 func (d *Driver) open(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGroup, s bloodravenv1alpha1.Site) (*site, error) {
-	user, pw, err := d.Credentials(ctx, g)
+	acct, err := d.Credentials(ctx, g)
 	if err != nil {
 		return nil, err
 	}
 	cfg := gomysql.NewConfig()
-	cfg.User, cfg.Passwd, cfg.Net = user, pw, "tcp"
+	cfg.User, cfg.Passwd, cfg.Net = acct.User, acct.Password, "tcp"
 	port := int(s.Port)
 	if port == 0 {
 		port = 3306
 	}
 	cfg.Addr = fmt.Sprintf("%s:%d", s.Host, port)
 	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = 2*time.Second, 10*time.Second, 10*time.Second
-	dsn := cfg.FormatDSN()
+	if TLSRequired(g) {
+		// Material that cannot make a TLS configuration is read again on
+		// the next call: the Secret may be mended by then.
+		if acct.TLS == nil {
+			d.invalidate(g)
+			return nil, fmt.Errorf("site %s: %w", s.Name, errTLSNotConfigured)
+		}
+		if cfg.TLS, err = acct.TLS.config(s.Host); err != nil {
+			d.invalidate(g)
+			return nil, fmt.Errorf("site %s: %w", s.Name, err)
+		}
+	}
+	id := cfg.FormatDSN()
+	if cfg.TLS != nil {
+		id += "|tls:" + acct.TLS.fingerprint()
+	}
 	k := poolKey{uid: string(g.UID), addr: cfg.Addr}
 	d.mu.Lock()
 	if d.dbs == nil {
 		d.dbs = map[poolKey]*pool{}
 	}
 	p, ok := d.dbs[k]
-	if ok && p.dsn != dsn { // the account changed: a new pool
+	if ok && p.id != id { // the account or the TLS material changed: a new pool
 		p.db.Close()
 		ok = false
 	}
 	if !ok {
 		connect := d.connect
 		if connect == nil {
-			connect = func(dsn string) (*sql.DB, error) { return sql.Open("mysql", dsn) }
+			connect = openPool
 		}
-		db, err := connect(dsn)
+		db, err := connect(cfg)
 		if err != nil {
 			d.mu.Unlock()
 			return nil, err
 		}
 		db.SetMaxOpenConns(4)
 		db.SetConnMaxIdleTime(30 * time.Second)
-		p = &pool{dsn: dsn, db: db}
+		p = &pool{id: id, db: db}
 		d.dbs[k] = p
 	}
 	d.mu.Unlock()
@@ -144,11 +164,30 @@ func (d *Driver) open(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGr
 	return st, nil
 }
 
-// rejected tells CredentialsRejected about an access-denied answer.
+// invalidate tells CredentialsRejected, when set, to read g's Secrets again.
+func (d *Driver) invalidate(g *bloodravenv1alpha1.MysqlFailoverGroup) {
+	if d.CredentialsRejected != nil {
+		d.CredentialsRejected(g)
+	}
+}
+
+// openPool opens go-sql-driver/mysql's pool for cfg.
+func openPool(cfg *gomysql.Config) (*sql.DB, error) {
+	c, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(c), nil
+}
+
+// rejected tells CredentialsRejected about an access-denied answer (the
+// password, or the client certificate the account requires) and about a
+// server certificate that failed verification or a site without TLS (the
+// CA may have been rotated): the next open reads the Secrets again.
 func (d *Driver) rejected(g *bloodravenv1alpha1.MysqlFailoverGroup, err error) {
 	var me *gomysql.MySQLError
-	if d.CredentialsRejected != nil && errors.As(err, &me) && me.Number == 1045 {
-		d.CredentialsRejected(g)
+	if (errors.As(err, &me) && me.Number == 1045) || tlsRejected(err) {
+		d.invalidate(g)
 	}
 }
 
@@ -315,7 +354,7 @@ func (d *Driver) Promote(ctx context.Context, g *bloodravenv1alpha1.MysqlFailove
 	if err != nil {
 		return fmt.Errorf("promote: %w", err)
 	}
-	user, pw, err := d.Credentials(ctx, g)
+	acct, err := d.Credentials(ctx, g)
 	if err != nil {
 		return err
 	}
@@ -391,7 +430,7 @@ func (d *Driver) Promote(ctx context.Context, g *bloodravenv1alpha1.MysqlFailove
 		if o.replicatesFrom(ctx, tspec.Host, t.port) {
 			continue
 		}
-		if err := o.exec(ctx, o.d.stopReplica, o.d.changeSourceSQL(tspec.Host, t.port, user, pw), o.d.startReplica); err != nil {
+		if err := o.exec(ctx, o.d.stopReplica, o.d.changeSourceSQL(tspec.Host, t.port, acct.User, acct.Password, TLSRequired(g)), o.d.startReplica); err != nil {
 			return err
 		}
 	}
@@ -633,7 +672,7 @@ func (d *Driver) Rejoin(ctx context.Context, g *bloodravenv1alpha1.MysqlFailover
 	if err != nil {
 		return fmt.Errorf("rejoin: %w", err)
 	}
-	user, pw, err := d.Credentials(ctx, g)
+	acct, err := d.Credentials(ctx, g)
 	if err != nil {
 		return err
 	}
@@ -641,7 +680,7 @@ func (d *Driver) Rejoin(ctx context.Context, g *bloodravenv1alpha1.MysqlFailover
 	if port == 0 {
 		port = 3306
 	}
-	if err := s.exec(ctx, append(s.d.readOnlyOn, s.d.stopReplica, s.d.changeSourceSQL(pp.Host, port, user, pw), s.d.startReplica)...); err != nil {
+	if err := s.exec(ctx, append(s.d.readOnlyOn, s.d.stopReplica, s.d.changeSourceSQL(pp.Host, port, acct.User, acct.Password, TLSRequired(g)), s.d.startReplica)...); err != nil {
 		return err
 	}
 	// Give the IO thread a moment to connect or be refused, measured and

@@ -89,9 +89,7 @@ func TestEmergencyPromotionAppliesWhatTheTargetReceivedBeforeResettingIt(t *test
 					{Name: "iad", Host: "10.0.0.1", Port: 3306}, // the lost primary
 					{Name: "pdx", Host: "10.0.0.2", Port: 3306},
 				}}}
-			d := New(func(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
-				return "bloodraven", "s3cret", nil
-			})
+			d := New(Static(Account{User: "bloodraven", Password: "s3cret"}))
 			d.WaitTimeout = 7 * time.Second
 			d.connect = connectTo("10.0.0.2:3306", tc.rec)
 			t.Cleanup(d.Close)

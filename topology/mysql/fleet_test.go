@@ -21,11 +21,11 @@ type secret struct {
 	reads    int
 }
 
-func (s *secret) fetch(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
+func (s *secret) fetch(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (Account, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reads++
-	return "bloodraven", s.password, nil
+	return Account{User: "bloodraven", Password: s.password}, nil
 }
 
 func (s *secret) count() int {
@@ -134,7 +134,7 @@ func newGatedFetch(answer func(n int) string) *gatedFetch {
 	return &gatedFetch{release: make(chan struct{}), answer: answer}
 }
 
-func (f *gatedFetch) fetch(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
+func (f *gatedFetch) fetch(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (Account, error) {
 	f.mu.Lock()
 	f.reads++
 	n := f.reads
@@ -142,7 +142,7 @@ func (f *gatedFetch) fetch(context.Context, *bloodravenv1alpha1.MysqlFailoverGro
 	if n == 1 {
 		<-f.release
 	}
-	return "bloodraven", f.answer(n), nil
+	return Account{User: "bloodraven", Password: f.answer(n)}, nil
 }
 
 func (f *gatedFetch) count() int {
@@ -172,9 +172,9 @@ func TestConcurrentProbesOfOneGroupShareOneSecretRead(t *testing.T) {
 		go func() {
 			defer done.Done()
 			started.Done()
-			user, pw, err := cc.Get(context.Background(), g)
-			if err == nil && (user != "bloodraven" || pw != "s3cret") {
-				t.Errorf("got %q/%q", user, pw)
+			a, err := cc.Get(context.Background(), g)
+			if err == nil && (a.User != "bloodraven" || a.Password != "s3cret") {
+				t.Errorf("got %q/%q", a.User, a.Password)
 			}
 			errs <- err
 		}()
@@ -207,12 +207,12 @@ func TestAMissAsAReadFinishesReadsNothingMore(t *testing.T) {
 	close(f.release)
 	cc.missHook = func() {
 		cc.missHook = nil // once: between this Get's miss and its read, another Get reads and keeps the account
-		if _, _, err := cc.Get(context.Background(), g); err != nil {
+		if _, err := cc.Get(context.Background(), g); err != nil {
 			t.Error(err)
 		}
 	}
-	if _, pw, err := cc.Get(context.Background(), g); err != nil || pw != "s3cret" {
-		t.Fatalf("got %q, %v", pw, err)
+	if a, err := cc.Get(context.Background(), g); err != nil || a.Password != "s3cret" {
+		t.Fatalf("got %q, %v", a.Password, err)
 	}
 	if n := f.count(); n != 1 {
 		t.Fatalf("the Secret was read %d times, want once", n)
@@ -229,8 +229,8 @@ func TestAnInvalidateDuringARereadIsNotUndoneByIt(t *testing.T) {
 	cc, g := f.cache()
 	first := make(chan string)
 	go func() {
-		_, pw, _ := cc.Get(context.Background(), g)
-		first <- pw
+		a, _ := cc.Get(context.Background(), g)
+		first <- a.Password
 	}()
 	for f.count() != 1 {
 		time.Sleep(time.Millisecond)
@@ -240,8 +240,8 @@ func TestAnInvalidateDuringARereadIsNotUndoneByIt(t *testing.T) {
 	if pw := <-first; pw != "old" {
 		t.Fatalf("the overtaken read answered %q", pw)
 	}
-	if _, pw, _ := cc.Get(context.Background(), g); pw != "new" {
-		t.Fatalf("after the refusal the cache answered %q, want a fresh read", pw)
+	if a, _ := cc.Get(context.Background(), g); a.Password != "new" {
+		t.Fatalf("after the refusal the cache answered %q, want a fresh read", a.Password)
 	}
 }
 
@@ -250,19 +250,19 @@ func TestAnInvalidateDuringARereadIsNotUndoneByIt(t *testing.T) {
 // it); the next Get reads again.
 func TestAPanickingSecretReadIsAnErrorAndTheNextReadsAgain(t *testing.T) {
 	calls := 0
-	c := &CredentialCache{Clock: clocktesting.NewFakeClock(time.Now()), Fetch: func(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
+	c := &CredentialCache{Clock: clocktesting.NewFakeClock(time.Now()), Fetch: func(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (Account, error) {
 		calls++
 		if calls == 1 {
 			panic("boom")
 		}
-		return "u", "p", nil
+		return Account{User: "u", Password: "p"}, nil
 	}}
 	g := &bloodravenv1alpha1.MysqlFailoverGroup{}
 	g.UID = "g1"
-	if _, _, err := c.Get(context.Background(), g); err == nil || !strings.Contains(err.Error(), "panic") {
+	if _, err := c.Get(context.Background(), g); err == nil || !strings.Contains(err.Error(), "panic") {
 		t.Fatalf("first Get: %v, want the panic as an error", err)
 	}
-	if u, p, err := c.Get(context.Background(), g); err != nil || u != "u" || p != "p" {
-		t.Fatalf("second Get: %q %q %v", u, p, err)
+	if a, err := c.Get(context.Background(), g); err != nil || a.User != "u" || a.Password != "p" {
+		t.Fatalf("second Get: %q %q %v", a.User, a.Password, err)
 	}
 }

@@ -52,9 +52,7 @@ func startSites(t *testing.T) *sites {
 			{Name: "iad", Host: "127.0.0.1", Port: int32(iad.Port)},
 			{Name: "pdx", Host: "127.0.0.1", Port: int32(pdx.Port)},
 		}}}
-	d := New(func(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
-		return "bloodraven", "s3cret", nil
-	})
+	d := New(Static(Account{User: "bloodraven", Password: "s3cret"}))
 	t.Cleanup(d.Close)
 	s := &sites{iad: iad, pdx: pdx, group: g, driver: d}
 	s.waitReplicating(t, "pdx")

@@ -62,12 +62,8 @@ func (r *recorder) statements() []string {
 
 // connectTo returns a Driver.connect that hands addr's pool to r; every
 // other address refuses connections, as a site that is down does.
-func connectTo(addr string, r *recorder) func(dsn string) (*sql.DB, error) {
-	return func(dsn string) (*sql.DB, error) {
-		cfg, err := gomysql.ParseDSN(dsn)
-		if err != nil {
-			return nil, err
-		}
+func connectTo(addr string, r *recorder) func(cfg *gomysql.Config) (*sql.DB, error) {
+	return func(cfg *gomysql.Config) (*sql.DB, error) {
 		if cfg.Addr != addr {
 			return sql.OpenDB(downConnector{}), nil
 		}

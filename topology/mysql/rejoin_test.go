@@ -59,9 +59,7 @@ func TestRejoinWaitsOnTheDriversClockAndStopsWhenItsContextEnds(t *testing.T) {
 			{Name: "iad", Host: "127.0.0.1", Port: int32(iad.Port)},
 			{Name: "pdx", Host: "127.0.0.1", Port: int32(freePort(t))},
 		}}}
-	d := New(func(context.Context, *bloodravenv1alpha1.MysqlFailoverGroup) (string, string, error) {
-		return "bloodraven", "s3cret", nil
-	})
+	d := New(Static(Account{User: "bloodraven", Password: "s3cret"}))
 	t.Cleanup(d.Close)
 
 	t.Run("its 5 s are measured on the driver's clock", func(t *testing.T) {
