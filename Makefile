@@ -238,9 +238,10 @@ check-generate: generate ## Fail when generated files differ from what is commit
 ##@ Build and test
 
 .PHONY: build
-build: ## Build the operator into ./bin/bloodraven, the pipeline CLI into ./bin/bloodraven-deploy and the kubectl plugin into ./bin/kubectl-bloodraven, versions stamped.
+build: ## Build the operator into ./bin/bloodraven, the pipeline CLI into ./bin/bloodraven-deploy and the kubectl plugin into ./bin/kubectl-bloodraven (with its completion shim), versions stamped.
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/bloodraven ./cmd/bloodraven
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/kubectl-bloodraven ./cmd/kubectl-bloodraven
+	install -m 0755 cmd/kubectl-bloodraven/kubectl_complete-bloodraven $(BIN)/kubectl_complete-bloodraven
 	cd $(CLIENT_MOD) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/bloodraven-deploy ./cmd/bloodraven-deploy
 
 # make image: the operator's and bloodraven-deploy's images, without Docker

@@ -13,13 +13,15 @@ import (
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/devenv"
 	"github.com/shipstream/bloodraven/internal/testenv"
+	"github.com/shipstream/bloodraven/kubectlplugin"
 	"github.com/shipstream/bloodraven/leases"
 )
 
 // kubectlBloodraven builds the plugin and returns a runner of `kubectl
 // bloodraven ARGS`: kubectl finds the plugin on PATH and hands it the
 // arguments after its name and the environment, so the kubeconfig comes as
-// a person sets it.
+// a person sets it. ARGS that start with __complete run `kubectl
+// __complete ARGS`: kubectl's own completion, which runs the shim.
 func kubectlBloodraven(t *testing.T, p *devenv.Playground) func(args ...string) (string, error) {
 	t.Helper()
 	root := testenv.RepoRoot()
@@ -29,8 +31,19 @@ func kubectlBloodraven(t *testing.T, p *devenv.Playground) func(args ...string) 
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the plugin: %v\n%s", err, out)
 	}
+	// The completion shim, installed beside the plugin as the docs say.
+	shim, err := os.ReadFile(filepath.Join(root, "cmd", "kubectl-bloodraven", "kubectl_complete-bloodraven"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kubectl_complete-bloodraven"), shim, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	return func(args ...string) (string, error) {
-		cmd := exec.Command(filepath.Join(root, "bin", "kubectl"), append([]string{"bloodraven"}, args...)...)
+		if len(args) == 0 || args[0] != "__complete" {
+			args = append([]string{"bloodraven"}, args...)
+		}
+		cmd := exec.Command(filepath.Join(root, "bin", "kubectl"), args...)
 		cmd.Env = append(os.Environ(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+p.Paths.Kubeconfig)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
@@ -98,10 +111,12 @@ func TestKubectlBloodravenAgainstThePlayground(t *testing.T) {
 		noSecrets(t, out)
 	})
 
+	t.Run("it meets kubectl's norms", func(t *testing.T) { pluginNorms(t, kubectl, admin, key, noSecrets) })
+
 	t.Run("failover shows Deferred and its retry time", func(t *testing.T) {
 		out, err := kubectl("failover", devenv.GroupName, "--to", "pdx", "--id", "oncall-1", "--timeout", "8s", "-n", devenv.PlaygroundNamespace)
-		if err == nil || !strings.Contains(out, "Deferred by "+bloodravenv1alpha1.DeferReasonDeploymentHold+", retry at ") {
-			t.Fatalf("want Deferred by the hold and a timeout (err %v):\n%s", err, out)
+		if exitCode(err) != kubectlplugin.ExitTimedOut || !strings.Contains(out, "Deferred by "+bloodravenv1alpha1.DeferReasonDeploymentHold+", retry at ") {
+			t.Fatalf("want Deferred by the hold and a timeout, exit %d (err %v):\n%s", kubectlplugin.ExitTimedOut, err, out)
 		}
 		if err := admin.Get(ctx, key, g); err != nil {
 			t.Fatal(err)
@@ -147,8 +162,8 @@ func TestKubectlBloodravenAgainstThePlayground(t *testing.T) {
 
 	t.Run("a group that does not exist is a clear error", func(t *testing.T) {
 		out, err := kubectl("status", "no-such-group", "-n", devenv.PlaygroundNamespace)
-		if err == nil || !strings.Contains(out, "no-such-group") || !strings.Contains(out, "not found") {
-			t.Fatalf("want an error naming the group (err %v):\n%s", err, out)
+		if exitCode(err) != kubectlplugin.ExitNotFound || !strings.Contains(out, "no-such-group") || !strings.Contains(out, "not found") {
+			t.Fatalf("want an error naming the group, exit %d (err %v):\n%s", kubectlplugin.ExitNotFound, err, out)
 		}
 		t.Logf("kubectl bloodraven status no-such-group: %s", out)
 	})

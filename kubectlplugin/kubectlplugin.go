@@ -2,20 +2,18 @@ package kubectlplugin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -25,8 +23,8 @@ import (
 	"github.com/shipstream/bloodraven/store/leasestore"
 )
 
-// Env is what the commands run against; NewCommand fills it from the
-// kubeconfig flags unless a test set Client.
+// Env is what the commands run against; NewCommand fills it from kubectl's
+// flags unless a test set Client.
 type Env struct {
 	Client    client.Client
 	Namespace string
@@ -34,60 +32,69 @@ type Env struct {
 	Out       io.Writer
 	// Poll is how often the waiting commands look again (default 500 ms).
 	Poll time.Duration
+	// Version is what --version prints.
+	Version string
+
+	flags *genericclioptions.ConfigFlags
 }
 
 // NewCommand is the root command, `kubectl bloodraven`. With env.Client
-// nil it connects with the kubeconfig flags (--kubeconfig, --context, -n),
-// as kubectl does; a test sets Client and Namespace.
+// nil it connects with kubectl's own flags (genericclioptions.ConfigFlags:
+// --kubeconfig, --context, -n, --as, --as-group, --request-timeout,
+// --server, --token, …), as kubectl does; a test sets Client and
+// Namespace.
 func NewCommand(env *Env) *cobra.Command {
 	if env.Clock == nil {
 		env.Clock = clock.RealClock{}
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	overrides := &clientcmd.ConfigOverrides{}
-	var kubeconfig, kubecontext, namespace string
+	env.flags = genericclioptions.NewConfigFlags(true)
 	root := &cobra.Command{
 		Use:           "kubectl-bloodraven",
 		Short:         "Look at and act on Bloodraven's MySQL failover groups (for the people on call)",
+		Long:          "Look at and act on Bloodraven's MySQL failover groups (for the people on call).\n\n" + exitCodesHelp,
+		Version:       env.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
-			if env.Client != nil {
-				if namespace != "" {
-					env.Namespace = namespace
-				}
-				return nil
-			}
-			if kubeconfig != "" {
-				rules.ExplicitPath = kubeconfig
-			}
-			overrides.CurrentContext = kubecontext
-			cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-			cfg, err := cc.ClientConfig()
-			if err != nil {
-				return fmt.Errorf("kubeconfig: %w", err)
-			}
-			ns, _, err := cc.Namespace()
-			if err != nil {
-				return fmt.Errorf("kubeconfig namespace: %w", err)
-			}
-			if namespace != "" {
-				ns = namespace
-			}
-			c, err := client.New(cfg, client.Options{Scheme: bloodravenscheme.New()})
-			if err != nil {
-				return fmt.Errorf("client: %w", err)
-			}
-			env.Client, env.Namespace = c, ns
-			return nil
+			return env.connect()
 		},
 	}
 	root.SetOut(env.Out)
-	root.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", "path to the kubeconfig file")
-	root.PersistentFlags().StringVar(&kubecontext, "context", "", "the kubeconfig context to use")
-	root.PersistentFlags().StringVarP(&namespace, "namespace", "n", "", "the group's namespace (default: the context's)")
+	root.SetVersionTemplate("kubectl-bloodraven {{.Version}}\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %w", ErrUsage, err) })
+	env.flags.AddFlags(root.PersistentFlags())
 	root.AddCommand(statusCommand(env), leasesCommand(env), revokeCommand(env), failoverCommand(env), verifyCommand(env))
 	return root
+}
+
+// connect makes env's client from kubectl's flags, once; a client a test
+// set is kept (the -n flag still names the namespace).
+func (e *Env) connect() error {
+	ns := ""
+	if e.flags.Namespace != nil {
+		ns = *e.flags.Namespace
+	}
+	if e.Client != nil {
+		if ns != "" {
+			e.Namespace = ns
+		}
+		return nil
+	}
+	cfg, err := e.flags.ToRESTConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	if ns == "" {
+		if ns, _, err = e.flags.ToRawKubeConfigLoader().Namespace(); err != nil {
+			return fmt.Errorf("kubeconfig namespace: %w", err)
+		}
+	}
+	c, err := client.New(cfg, client.Options{Scheme: bloodravenscheme.New()})
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	e.Client, e.Namespace = c, ns
+	return nil
 }
 
 func (e *Env) poll() time.Duration {
@@ -125,141 +132,110 @@ func (e *Env) records(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGr
 	return out, nil
 }
 
-// showCommand is a read-only command over one group and its records.
-func showCommand(env *Env, use, short string, write func(io.Writer, *bloodravenv1alpha1.MysqlFailoverGroup, []*leases.Record, time.Time)) *cobra.Command {
-	return &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  cobra.ExactArgs(1),
+// selection is which groups a read names: one GROUP, every group of the
+// namespace (no GROUP), or every group of every namespace (-A).
+type selection struct {
+	name          string
+	allNamespaces bool
+}
+
+func (e *Env) groups(ctx context.Context, sel selection) ([]groupRecords, error) {
+	var gs []*bloodravenv1alpha1.MysqlFailoverGroup
+	if sel.name != "" {
+		g, err := e.group(ctx, sel.name)
+		if err != nil {
+			return nil, err
+		}
+		gs = append(gs, g)
+	} else {
+		var list bloodravenv1alpha1.MysqlFailoverGroupList
+		var opts []client.ListOption
+		where := "every namespace"
+		if !sel.allNamespaces {
+			opts, where = append(opts, client.InNamespace(e.Namespace)), "namespace "+e.Namespace
+		}
+		if err := e.Client.List(ctx, &list, opts...); err != nil {
+			return nil, fmt.Errorf("groups of %s: %w", where, err)
+		}
+		sort.Slice(list.Items, func(i, j int) bool {
+			a, b := list.Items[i], list.Items[j]
+			return a.Namespace < b.Namespace || (a.Namespace == b.Namespace && a.Name < b.Name)
+		})
+		for i := range list.Items {
+			gs = append(gs, &list.Items[i])
+		}
+	}
+	out := make([]groupRecords, 0, len(gs))
+	for _, g := range gs {
+		recs, err := e.records(ctx, g)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, groupRecords{g, recs})
+	}
+	return out, nil
+}
+
+// readCommand is a read-only command over [GROUP] or -A, in the -o format.
+func readCommand(env *Env, use, short string, write func(p printer, groups []groupRecords, sel selection, now time.Time) error) *cobra.Command {
+	var sel selection
+	var output string
+	cmd := &cobra.Command{
+		Use:               use,
+		Short:             short,
+		Args:              maxArgs(1),
+		ValidArgsFunction: env.completeGroups,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			g, err := env.group(ctx, args[0])
+			if len(args) == 1 {
+				if sel.allNamespaces {
+					return fmt.Errorf("%w: a GROUP and -A: name a group with -n, or list every namespace's with -A", ErrUsage)
+				}
+				sel.name = args[0]
+			}
+			if output != "" && output != "json" && output != "yaml" {
+				return fmt.Errorf("%w: -o %q: want json or yaml", ErrUsage, output)
+			}
+			groups, err := env.groups(cmd.Context(), sel)
 			if err != nil {
 				return err
 			}
-			recs, err := env.records(ctx, g)
-			if err != nil {
-				return err
-			}
-			write(env.Out, g, recs, env.Clock.Now())
-			return nil
+			return write(printer{format: output, out: env.Out}, groups, sel, env.Clock.Now())
 		},
 	}
+	cmd.Flags().BoolVarP(&sel.allNamespaces, "all-namespaces", "A", false, "every group of every namespace")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "json or yaml (default: the human form)")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
 }
 
 func statusCommand(env *Env) *cobra.Command {
-	return showCommand(env, "status GROUP", "The group's observation: primary, generation, conditions, the planned operation, the mutex and the holds", writeStatus)
-}
-
-func writeStatus(out io.Writer, g *bloodravenv1alpha1.MysqlFailoverGroup, recs []*leases.Record, now time.Time) {
-	s := g.Status
-	fmt.Fprintf(out, "Group:       %s/%s\n", g.Namespace, g.Name)
-	fmt.Fprintf(out, "Primary:     %s\n", orNone(s.ActiveSite))
-	fmt.Fprintf(out, "Generation:  %d\n", s.TopologyGeneration)
-	if s.PrimaryLostAt != nil {
-		fmt.Fprintf(out, "Lost since:  %s (budget %ds)\n", s.PrimaryLostAt.UTC().Format(time.RFC3339), g.Spec.FailureDetectionSeconds)
-	}
-	if t := s.Transition; t != nil {
-		fmt.Fprintf(out, "Transition:  %s to %s since %s\n", t.Operation, t.TargetSite, t.StartedAt.UTC().Format(time.RFC3339))
-	}
-	var conds []string
-	for _, c := range s.Conditions {
-		if c.Status == "True" {
-			conds = append(conds, c.Type)
-		}
-	}
-	sort.Strings(conds)
-	fmt.Fprintf(out, "Conditions:  %s\n", orNone(strings.Join(conds, ", ")))
-	if pf := s.PlannedFailover; pf != nil && pf.Phase != "" {
-		fmt.Fprintf(out, "Planned:     failover %s to %s: %s", pf.ID, pf.TargetSite, pf.Phase)
-		if a := pf.Admission; a != nil {
-			if a.DeferReason != "" {
-				fmt.Fprintf(out, " (%s", a.DeferReason)
-				if a.RetryTime != nil {
-					fmt.Fprintf(out, ", retry at %s", a.RetryTime.UTC().Format(time.RFC3339))
-				}
-				fmt.Fprint(out, ")")
-			}
-			if a.Message != "" {
-				fmt.Fprintf(out, ": %s", a.Message)
-			}
-		}
-		fmt.Fprintln(out)
-	}
-	mutex, holds := "none", []string{}
-	for _, r := range recs {
-		if !r.Live(now) || r.State != leases.StateActive {
-			continue
-		}
-		desc := fmt.Sprintf("%s (instance %s, generation %d, expires in %s)", r.OperationID, r.Instance, r.Generation,
-			r.ExpiresAt.Sub(now).Round(time.Second))
-		switch r.Kind {
-		case leases.KindMigration:
-			mutex = desc + ", phase " + string(r.Phase.Effective())
-		case leases.KindFailoverHold:
-			holds = append(holds, desc)
-		}
-	}
-	fmt.Fprintf(out, "Mutex:       %s\n", mutex)
-	fmt.Fprintf(out, "Holds:       %s\n", orNone(strings.Join(holds, "; ")))
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
-}
-
-func leasesCommand(env *Env) *cobra.Command {
-	return showCommand(env, "leases GROUP", "The group's deployment Lease records (never a token or a token's hash)",
-		func(out io.Writer, _ *bloodravenv1alpha1.MysqlFailoverGroup, recs []*leases.Record, now time.Time) {
-			writeLeases(out, recs, now)
+	return readCommand(env, "status [GROUP]", "The group's observation: primary, generation, conditions, the planned operation, the mutex and the holds",
+		func(p printer, groups []groupRecords, sel selection, now time.Time) error {
+			return p.writeStatuses(groups, sel.name != "", now)
 		})
 }
 
-func writeLeases(out io.Writer, recs []*leases.Record, now time.Time) {
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KIND\tOPERATION\tINSTANCE\tSTATE\tREASON\tGENERATION\tPHASE\tEXPIRES\tIDENTITY")
-	for _, r := range recs {
-		state := string(r.State)
-		if r.State == leases.StateActive && !r.Live(now) {
-			state = "expired"
-		}
-		expires := "-"
-		if !r.ExpiresAt.IsZero() && r.Kind != leases.KindTombstone {
-			if d := r.ExpiresAt.Sub(now); d > 0 {
-				expires = "in " + d.Round(time.Second).String()
-			} else {
-				expires = (-d).Round(time.Second).String() + " ago"
-			}
-		}
-		phase := "-"
-		if r.Kind == leases.KindMigration {
-			phase = string(r.Phase.Effective())
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Kind, r.OperationID, orDash(r.Instance), state, orDash(r.Reason),
-			r.Generation, phase, expires, orDash(r.Identity))
-	}
-	_ = tw.Flush()
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
+func leasesCommand(env *Env) *cobra.Command {
+	return readCommand(env, "leases [GROUP]", "The group's deployment Lease records (never a token or a token's hash)",
+		func(p printer, groups []groupRecords, sel selection, now time.Time) error {
+			return p.writeLeaseList(groups, sel.name != "", sel.allNamespaces, now)
+		})
 }
 
 func revokeCommand(env *Env) *cobra.Command {
-	var ticket string
+	var ticket, dryRun string
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "revoke GROUP",
-		Short: "Revoke every deployment lease of the group (the revoke annotation), and wait until the operator has",
-		Args:  cobra.ExactArgs(1),
+		Use:               "revoke GROUP",
+		Short:             "Revoke every deployment lease of the group (the revoke annotation), and wait until the operator has",
+		Args:              exactArgs(1),
+		ValidArgsFunction: env.completeGroups,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			opts, err := dryRunOptions(dryRun)
+			if err != nil {
+				return err
+			}
 			g, err := env.group(ctx, args[0])
 			if err != nil {
 				return err
@@ -272,8 +248,13 @@ func revokeCommand(env *Env) *cobra.Command {
 				g.Annotations = map[string]string{}
 			}
 			g.Annotations[bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation] = ticket
-			if err := env.Client.Patch(ctx, g, patch); err != nil {
+			if err := env.Client.Patch(ctx, g, patch, opts...); err != nil {
 				return fmt.Errorf("annotate %s/%s: %w", g.Namespace, g.Name, err)
+			}
+			if len(opts) > 0 {
+				fmt.Fprintf(env.Out, "would ask the operator to revoke every deployment lease of %s/%s (%s=%s) %s\n", g.Namespace, g.Name,
+					bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation, ticket, dryRunNote)
+				return nil
 			}
 			fmt.Fprintf(env.Out, "asked the operator to revoke every deployment lease of %s/%s (%s=%s)\n", g.Namespace, g.Name,
 				bloodravenv1alpha1.RevokeDeploymentLeasesAnnotation, ticket)
@@ -285,7 +266,7 @@ func revokeCommand(env *Env) *cobra.Command {
 				return !pending, nil
 			})
 			if err != nil {
-				return fmt.Errorf("the operator did not revoke within %s: is a replica leading? (the annotation stays; it acts when it can)", timeout)
+				return fmt.Errorf("%w: the operator did not revoke within %s: is a replica leading? (the annotation stays; it acts when it can)", ErrTimedOut, timeout)
 			}
 			recs, err := env.records(ctx, g)
 			if err != nil {
@@ -309,7 +290,28 @@ func revokeCommand(env *Env) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&ticket, "reason", "", "the annotation's value: a ticket or a note for the Events (default: a time stamp)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the operator")
+	addDryRun(cmd, &dryRun)
 	return cmd
+}
+
+// dryRunNote ends what a server dry run printed.
+const dryRunNote = "(server dry run: the API server and its webhooks accepted it; nothing was changed)"
+
+// addDryRun adds kubectl's --dry-run; only server (and none) mean
+// anything here: the webhooks decide, and a client-side guess would not.
+func addDryRun(cmd *cobra.Command, v *string) {
+	cmd.Flags().StringVar(v, "dry-run", "none", `"server": send the change as a dry run (the API server and the webhooks check it; nothing is stored, nothing is waited for)`)
+	_ = cmd.RegisterFlagCompletionFunc("dry-run", cobra.FixedCompletions([]string{"none", "server"}, cobra.ShellCompDirectiveNoFileComp))
+}
+
+func dryRunOptions(v string) ([]client.PatchOption, error) {
+	switch v {
+	case "none", "":
+		return nil, nil
+	case "server":
+		return []client.PatchOption{client.DryRunAll}, nil
+	}
+	return nil, fmt.Errorf(`%w: --dry-run=%s: want "server" or "none" (no client dry run: the operator's webhooks decide)`, ErrUsage, v)
 }
 
 // verifyCommand opens a database's schema-verification gate: it sets the
@@ -323,7 +325,8 @@ func verifyCommand(env *Env) *cobra.Command {
 		Long: "After a migration lost authority past its DDL boundary (the pipeline exited 5), the MysqlDatabase is gated:\n" +
 			"new migrations answer 409 verification_required. Check the schema first (docs/lost-authority.md); then\n" +
 			"verify names the operation the gate waits on, and waits until the operator has opened the gate.",
-		Args: cobra.ExactArgs(2),
+		Args:              exactArgs(2),
+		ValidArgsFunction: env.completeDatabaseAndOperation,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			db := &bloodravenv1alpha1.MysqlDatabase{}
@@ -338,10 +341,10 @@ func verifyCommand(env *Env) *cobra.Command {
 				fmt.Fprintf(env.Out, "%s/%s: operation %s is already verified; nothing gates the database\n", db.Namespace, db.Name, op)
 				return nil
 			case pending == nil:
-				return fmt.Errorf("%s/%s waits on no verification: nothing to verify", db.Namespace, db.Name)
+				return fmt.Errorf("%w: %s/%s waits on no verification: nothing to verify", ErrNotWaitedOn, db.Namespace, db.Name)
 			case pending.OperationID != op:
-				return fmt.Errorf("%s/%s waits on operation %s (topologyGeneration %d, %s), not %s: check that operation's schema",
-					db.Namespace, db.Name, pending.OperationID, pending.TopologyGeneration, pending.Ended, op)
+				return fmt.Errorf("%w: %s/%s waits on operation %s (topologyGeneration %d, %s), not %s: check that operation's schema",
+					ErrNotWaitedOn, db.Namespace, db.Name, pending.OperationID, pending.TopologyGeneration, pending.Ended, op)
 			}
 			patch := client.MergeFrom(db.DeepCopy())
 			if db.Annotations == nil {
@@ -359,7 +362,7 @@ func verifyCommand(env *Env) *cobra.Command {
 				return db.Status.PendingVerification == nil && db.Status.LastVerifiedOperationID == op, nil
 			})
 			if err != nil {
-				return fmt.Errorf("the operator did not open the gate within %s: is a replica leading? (the annotation stays; it acts when it can)", timeout)
+				return fmt.Errorf("%w: the operator did not open the gate within %s: is a replica leading? (the annotation stays; it acts when it can)", ErrTimedOut, timeout)
 			}
 			fmt.Fprintf(env.Out, "done: %s/%s verified for operation %s; new migrations may be granted\n", db.Namespace, db.Name, op)
 			return nil
@@ -369,21 +372,23 @@ func verifyCommand(env *Env) *cobra.Command {
 	return cmd
 }
 
-// ErrFailoverFailed is returned when the planned failover ends Failed.
-var ErrFailoverFailed = errors.New("the planned failover failed")
-
 func failoverCommand(env *Env) *cobra.Command {
-	var site, id string
+	var site, id, dryRun string
 	var timeout time.Duration
 	var noWait bool
 	cmd := &cobra.Command{
-		Use:   "failover GROUP --to SITE",
-		Short: "Request a planned failover and follow it (Deferred shows the blocking hold and the retry time)",
-		Args:  cobra.ExactArgs(1),
+		Use:               "failover GROUP --to SITE",
+		Short:             "Request a planned failover and follow it (Deferred shows the blocking hold and the retry time)",
+		Args:              exactArgs(1),
+		ValidArgsFunction: env.completeGroups,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if site == "" {
-				return fmt.Errorf("--to SITE is required")
+				return fmt.Errorf("%w: --to SITE is required", ErrUsage)
+			}
+			opts, err := dryRunOptions(dryRun)
+			if err != nil {
+				return err
 			}
 			g, err := env.group(ctx, args[0])
 			if err != nil {
@@ -394,8 +399,12 @@ func failoverCommand(env *Env) *cobra.Command {
 			}
 			patch := client.MergeFrom(g.DeepCopy())
 			g.Spec.PlannedFailover = &bloodravenv1alpha1.PlannedFailoverRequest{ID: id, TargetSite: site}
-			if err := env.Client.Patch(ctx, g, patch); err != nil {
+			if err := env.Client.Patch(ctx, g, patch, opts...); err != nil {
 				return fmt.Errorf("request the failover of %s/%s: %w", g.Namespace, g.Name, err)
+			}
+			if len(opts) > 0 {
+				fmt.Fprintf(env.Out, "would request planned failover %s of %s/%s to %s %s\n", id, g.Namespace, g.Name, site, dryRunNote)
+				return nil
 			}
 			fmt.Fprintf(env.Out, "requested planned failover %s of %s/%s to %s (generation %d)\n", id, g.Namespace, g.Name, site, g.Status.TopologyGeneration)
 			if noWait {
@@ -438,7 +447,7 @@ func failoverCommand(env *Env) *cobra.Command {
 				return false, nil
 			})
 			if err != nil {
-				return fmt.Errorf("not completed within %s (last: %s); it goes on: kubectl bloodraven status %s", timeout, orNone(last), g.Name)
+				return fmt.Errorf("%w: not completed within %s (last: %s); it goes on: kubectl bloodraven status %s", ErrTimedOut, timeout, orNone(last), g.Name)
 			}
 			return result
 		},
@@ -447,5 +456,7 @@ func failoverCommand(env *Env) *cobra.Command {
 	cmd.Flags().StringVar(&id, "id", "", "the request's id (default: kubectl-<time>)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to follow it")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "request it and return")
+	_ = cmd.RegisterFlagCompletionFunc("to", env.completeSites)
+	addDryRun(cmd, &dryRun)
 	return cmd
 }

@@ -53,7 +53,9 @@ func TestTheStatusAndLeasesAnswers(t *testing.T) {
 	}
 
 	out.Reset()
-	writeLeases(&out, recs, now)
+	if err := (printer{out: &out}).writeLeaseList([]groupRecords{{g, recs}}, true, false, now); err != nil {
+		t.Fatal(err)
+	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != 5 {
 		t.Fatalf("%d lines:\n%s", len(lines), out.String())

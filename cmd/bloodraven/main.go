@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 
 	"github.com/go-logr/logr"
 	gomysql "github.com/go-sql-driver/mysql"
@@ -44,27 +43,7 @@ var version = ""
 
 // Version is the operator's version, for --version, the status page and the
 // API server's user agent.
-func Version() string {
-	if version != "" {
-		return version
-	}
-	v := bloodraven.Release()
-	if info, ok := debug.ReadBuildInfo(); ok {
-		var rev, dirty string
-		for _, s := range info.Settings {
-			switch {
-			case s.Key == "vcs.revision" && len(s.Value) >= 12:
-				rev = s.Value[:12]
-			case s.Key == "vcs.modified" && s.Value == "true":
-				dirty = "-dirty"
-			}
-		}
-		if rev != "" {
-			v += "+" + rev + dirty
-		}
-	}
-	return v
-}
+func Version() string { return bloodraven.Version(version) }
 
 // RBAC the operator needs; controller-gen renders config/rbac/role.yaml.
 // +kubebuilder:rbac:groups=bloodraven.shipstream.io,resources=mysqlfailovergroups,verbs=get;list;watch;update;patch
