@@ -273,6 +273,19 @@ cli: ## Cross-compile bloodraven-deploy (static, no cgo) for linux and darwin, a
 			-o $(BIN)/cli/bloodraven-deploy-$$os-$$arch ./cmd/bloodraven-deploy) || exit 1; \
 	done
 
+# make release: dist/ from a clean tree (internal/release, docs/release.md):
+# multi-platform image indexes with SBOMs, the chart (package, index.yaml,
+# OCI layout), the CLI archives, SHA256SUMS, the krew manifest and the
+# release notes. RELEASE_BASE_URL is where the assets will be downloaded
+# from; RELEASE_ALLOW_DIRTY=1 builds a trial from uncommitted changes.
+RELEASE_BASE_URL ?= https://github.com/shipstream/bloodraven/releases/download/v$(VERSION)
+RELEASE_ALLOW_DIRTY ?=
+
+.PHONY: release
+release: $(HELM) ## Write the release into ./dist: multi-arch images with SBOMs, the chart, CLI archives, SHA256SUMS, krew manifest, notes (docs/release.md).
+	$(GO) run ./hack/release -root . -out dist -version $(VERSION) -binary-version '$(VERSION)$(if $(GIT_REV),+$(GIT_REV))' \
+		-base-url $(RELEASE_BASE_URL) -registry $(IMAGE_REGISTRY) -helm $(HELM) $(if $(RELEASE_ALLOW_DIRTY),-allow-dirty)
+
 .PHONY: fmt
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')

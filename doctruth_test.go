@@ -28,6 +28,8 @@ var external = map[string]string{
 	"cmd/webhook":                 "cert-manager's module (docs/node.md)",
 	"cmd/cainjector":              "cert-manager's module (docs/node.md)",
 	"--field-selector":            "kubectl",
+	"--manifest":                  "krew",
+	"deployclient/vX.Y.Z":         "the client module's git tag (docs/release.md)",
 	"--as":                        "kubectl's ConfigFlags (k8s.io/cli-runtime), which kubectl-bloodraven binds",
 	"--as-group":                  "kubectl's ConfigFlags (k8s.io/cli-runtime), which kubectl-bloodraven binds",
 	"--request-timeout":           "kubectl's ConfigFlags (k8s.io/cli-runtime), which kubectl-bloodraven binds",

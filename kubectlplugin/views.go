@@ -26,13 +26,13 @@ type StatusView struct {
 	TopologyGeneration int64  `json:"topologyGeneration"`
 	// PrimaryLostAt and FailureDetectionSeconds: the emergency path's
 	// clock, while the primary is lost.
-	PrimaryLostAt           *metav1.Time                               `json:"primaryLostAt,omitempty"`
-	FailureDetectionSeconds int32                                      `json:"failureDetectionSeconds"`
-	Transition              *bloodravenv1alpha1.TopologyTransition     `json:"transition,omitempty"`
-	Conditions              []metav1.Condition                         `json:"conditions"`
-	PlannedFailover         *bloodravenv1alpha1.PlannedFailoverStatus  `json:"plannedFailover,omitempty"`
-	Mutex                   *LeaseView                                 `json:"mutex"`
-	Holds                   []LeaseView                                `json:"holds"`
+	PrimaryLostAt           *metav1.Time                              `json:"primaryLostAt,omitempty"`
+	FailureDetectionSeconds int32                                     `json:"failureDetectionSeconds"`
+	Transition              *bloodravenv1alpha1.TopologyTransition    `json:"transition,omitempty"`
+	Conditions              []metav1.Condition                        `json:"conditions"`
+	PlannedFailover         *bloodravenv1alpha1.PlannedFailoverStatus `json:"plannedFailover,omitempty"`
+	Mutex                   *LeaseView                                `json:"mutex"`
+	Holds                   []LeaseView                               `json:"holds"`
 }
 
 // LeaseView is one deployment Lease record as the plugin shows it: never

@@ -3,11 +3,14 @@ package ociimage
 import (
 	"archive/tar"
 	"bytes"
+	"debug/elf"
+	"debug/macho"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -42,6 +45,21 @@ type Spec struct {
 	// (on the image's PATH), by file name: the path of each on this
 	// machine. A migration image carries bloodraven-deploy beside its tool.
 	Also map[string]string
+	// OS and Arch are the image's platform, which the binaries must be
+	// built for; linux and amd64 when empty.
+	OS, Arch string
+}
+
+// Platform is the image's os/arch.
+func (s Spec) Platform() (os, arch string) {
+	os, arch = s.OS, s.Arch
+	if os == "" {
+		os = "linux"
+	}
+	if arch == "" {
+		arch = "amd64"
+	}
+	return os, arch
 }
 
 // Entrypoint is the path of the binary in the image.
@@ -64,8 +82,9 @@ func (s Spec) Labels() map[string]string {
 }
 
 // Build makes the image: no base, one layer with the binary, /etc/passwd
-// and /etc/group naming the nonroot user, and a sticky /tmp; linux/amd64
-// (the binary must be built for it). Every time stamp is the Unix epoch, so
+// and /etc/group naming the nonroot user, and a sticky /tmp; for the
+// spec's platform (linux/amd64 by default; the binary must be built for
+// it). Every time stamp is the Unix epoch, so
 // the same binary always makes the same digest.
 func Build(s Spec) (v1.Image, error) {
 	if s.Name == "" || s.Version == "" {
@@ -98,7 +117,7 @@ func Build(s Spec) (v1.Image, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.OS, cf.Architecture = s.Platform()
 	cf.Created = v1.Time{Time: time.Unix(0, 0).UTC()}
 	cf.Config.Entrypoint = []string{s.Entrypoint()}
 	cf.Config.Cmd = s.Args
@@ -233,9 +252,7 @@ func Extract(img v1.Image, name string) ([]byte, *tar.Header, error) {
 }
 
 // Verify reads the layout in dir and checks what a cluster will run: the
-// tag, the entrypoint, the non-root user, the version label, and that the
-// binary inside answers --version with version. It runs the binary, so it
-// needs a linux/amd64 host. It returns the image's compressed size.
+// tag, then VerifyImage. It returns the image's compressed size.
 func Verify(dir string, s Spec, tag string) (int64, error) {
 	img, gotTag, err := ReadLayout(dir)
 	if err != nil {
@@ -244,49 +261,146 @@ func Verify(dir string, s Spec, tag string) (int64, error) {
 	if gotTag != tag {
 		return 0, fmt.Errorf("%s: tag %q, want %q", dir, gotTag, tag)
 	}
+	if err := VerifyImage(img, s); err != nil {
+		return 0, fmt.Errorf("%s: %w", dir, err)
+	}
+	return Size(img)
+}
+
+// VerifyImage checks one image against its spec: the entrypoint, the
+// non-root user, the version label and the platform; then the binary
+// inside: on this machine's platform it must answer --version with the
+// spec's version (run with no shell, PATH or environment, as the image
+// offers), on another its ELF header must name the platform's machine.
+func VerifyImage(img v1.Image, s Spec) error {
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return 0, fmt.Errorf("%s: config: %w", dir, err)
+		return fmt.Errorf("config: %w", err)
 	}
 	c := cf.Config
+	wantOS, wantArch := s.Platform()
 	switch {
 	case len(c.Entrypoint) != 1 || c.Entrypoint[0] != s.Entrypoint():
-		return 0, fmt.Errorf("%s: entrypoint %q, want [%s]", dir, c.Entrypoint, s.Entrypoint())
+		return fmt.Errorf("entrypoint %q, want [%s]", c.Entrypoint, s.Entrypoint())
 	case c.User != fmt.Sprintf("%d:%d", NonRoot, NonRoot):
-		return 0, fmt.Errorf("%s: user %q, want %d:%d", dir, c.User, NonRoot, NonRoot)
+		return fmt.Errorf("user %q, want %d:%d", c.User, NonRoot, NonRoot)
 	case c.Labels["org.opencontainers.image.version"] != s.Version:
-		return 0, fmt.Errorf("%s: version label %q, want %q", dir, c.Labels["org.opencontainers.image.version"], s.Version)
-	case cf.OS != "linux" || cf.Architecture != "amd64":
-		return 0, fmt.Errorf("%s: platform %s/%s, want linux/amd64", dir, cf.OS, cf.Architecture)
+		return fmt.Errorf("version label %q, want %q", c.Labels["org.opencontainers.image.version"], s.Version)
+	case cf.OS != wantOS || cf.Architecture != wantArch:
+		return fmt.Errorf("platform %s/%s, want %s/%s", cf.OS, cf.Architecture, wantOS, wantArch)
 	}
 	bin, h, err := Extract(img, c.Entrypoint[0][1:])
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", dir, err)
+		return err
 	}
 	if h.Mode&0o111 == 0 {
-		return 0, fmt.Errorf("%s: %s is not executable (mode %o)", dir, h.Name, h.Mode)
+		return fmt.Errorf("%s is not executable (mode %o)", h.Name, h.Mode)
+	}
+	if wantOS != runtime.GOOS || wantArch != runtime.GOARCH {
+		return CheckMachine(bin, wantOS, wantArch)
 	}
 	tmp, err := os.MkdirTemp("", "ociimage-verify-")
 	if err != nil {
-		return 0, fmt.Errorf("verify: %w", err)
+		return fmt.Errorf("verify: %w", err)
 	}
 	defer os.RemoveAll(tmp)
 	exe := path.Join(tmp, s.Name)
 	if err := os.WriteFile(exe, bin, 0o755); err != nil {
-		return 0, fmt.Errorf("verify: %w", err)
+		return fmt.Errorf("verify: %w", err)
 	}
-	// No shell, no PATH lookup and an empty environment: what the image
-	// offers.
 	cmd := exec.Command(exe, "--version")
 	cmd.Env = []string{}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return 0, fmt.Errorf("%s: %s --version: %w: %s", dir, s.Entrypoint(), err, out)
+		return fmt.Errorf("%s --version: %w: %s", s.Entrypoint(), err, out)
 	}
 	if !strings.Contains(string(out), s.Version) {
-		return 0, fmt.Errorf("%s: %s --version printed %q, want it to name %s", dir, s.Entrypoint(), strings.TrimSpace(string(out)), s.Version)
+		return fmt.Errorf("%s --version printed %q, want it to name %s", s.Entrypoint(), strings.TrimSpace(string(out)), s.Version)
 	}
-	return Size(img)
+	return nil
+}
+
+// CheckMachine checks that bin is an executable for os/arch: an ELF file
+// of the architecture's machine for linux, a Mach-O of its CPU for darwin.
+func CheckMachine(bin []byte, goos, goarch string) error {
+	switch goos {
+	case "linux":
+		f, err := elf.NewFile(bytes.NewReader(bin))
+		if err != nil {
+			return fmt.Errorf("not an ELF executable: %w", err)
+		}
+		want := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[goarch]
+		if want == 0 || f.Machine != want {
+			return fmt.Errorf("ELF machine %s, want %s/%s", f.Machine, goos, goarch)
+		}
+	case "darwin":
+		f, err := macho.NewFile(bytes.NewReader(bin))
+		if err != nil {
+			return fmt.Errorf("not a Mach-O executable: %w", err)
+		}
+		want := map[string]macho.Cpu{"amd64": macho.CpuAmd64, "arm64": macho.CpuArm64}[goarch]
+		if want == 0 || f.Cpu != want {
+			return fmt.Errorf("Mach-O CPU %s, want %s/%s", f.Cpu, goos, goarch)
+		}
+	default:
+		return fmt.Errorf("no check for %s/%s", goos, goarch)
+	}
+	return nil
+}
+
+// Index is a multi-platform image: an OCI image index of imgs, each
+// described by the platform of its config.
+func Index(imgs ...v1.Image) (v1.ImageIndex, error) {
+	var adds []mutate.IndexAddendum
+	for _, img := range imgs {
+		cf, err := img.ConfigFile()
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{
+			MediaType: types.OCIManifestSchema1,
+			Platform:  &v1.Platform{OS: cf.OS, Architecture: cf.Architecture},
+		}})
+	}
+	return mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), adds...), nil
+}
+
+// WriteIndexLayout writes idx as an OCI image layout in dir (replaced if
+// it exists): its index.json names the image index, annotated with tag, the
+// form `crane push --index` and `skopeo copy --all oci:` read.
+func WriteIndexLayout(dir, tag string, idx v1.ImageIndex) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("clear %s: %w", dir, err)
+	}
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return fmt.Errorf("layout %s: %w", dir, err)
+	}
+	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{RefName: tag})); err != nil {
+		return fmt.Errorf("layout %s: %w", dir, err)
+	}
+	return nil
+}
+
+// ReadIndexLayout reads back the image index WriteIndexLayout wrote, with
+// its tag.
+func ReadIndexLayout(dir string) (v1.ImageIndex, string, error) {
+	top, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, "", fmt.Errorf("layout %s: %w", dir, err)
+	}
+	m, err := top.IndexManifest()
+	if err != nil {
+		return nil, "", fmt.Errorf("layout %s: %w", dir, err)
+	}
+	if len(m.Manifests) != 1 || m.Manifests[0].MediaType != types.OCIImageIndex {
+		return nil, "", fmt.Errorf("layout %s: want one image index, have %d entries", dir, len(m.Manifests))
+	}
+	idx, err := top.ImageIndex(m.Manifests[0].Digest)
+	if err != nil {
+		return nil, "", fmt.Errorf("layout %s: %w", dir, err)
+	}
+	return idx, m.Manifests[0].Annotations[RefName], nil
 }
 
 // Size is the image's compressed size: its manifest, config and layers.
