@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/internal/mariadblocal"
@@ -20,7 +21,7 @@ import (
 // its spec names (real API server), connects to TLS-only-trusted MariaDB
 // sites, and bootstraps the group over TLS. A CA Secret holding the wrong
 // CA leaves the group unbootstrapped with both sites as they were; once
-// the Secret holds the right CA the very next reconcile reads it (a refused
+// the Secret holds the right CA a following reconcile reads it (a refused
 // certificate makes the driver read the Secrets again, without waiting for
 // its cache's TTL) and bootstraps. The API server refuses spec.tls without
 // a CA.
@@ -82,7 +83,10 @@ func TestAGroupThatRequiresTLSIsBootstrappedOverTLSFromItsSecrets(t *testing.T) 
 	if m := f.get().Spec.TLS.Mode; m != bloodravenv1alpha1.DatabaseTLSRequired {
 		t.Fatalf("spec.tls.mode defaulted to %q, want Required", m)
 	}
-	d := mysqldriver.NewCached(mysqldriver.FromSecrets(env.Client), f.clock)
+	// The cache's TTL runs on the real clock: five minutes, far longer than
+	// this test, so only the driver's invalidation can make it read the
+	// mended Secret (and the driver's own waits sleep for real).
+	d := mysqldriver.NewCached(mysqldriver.FromSecrets(env.Client), clock.RealClock{})
 	t.Cleanup(d.Close)
 	f.rec.Driver = d
 
