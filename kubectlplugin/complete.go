@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
@@ -96,10 +97,18 @@ func (e *Env) names(ctx context.Context, list client.ObjectList, prefix string) 
 }
 
 // completionContext connects (completion runs no PersistentPreRunE) and
-// bounds the lookups; ok is false when there is no client.
+// bounds the lookups; ok is false when there is no client. The REST
+// config's own timeout is completionTimeout too, unless --request-timeout
+// says otherwise: the client's discovery calls take no context.
 func (e *Env) completionContext(ctx context.Context) (context.Context, context.CancelFunc, bool) {
 	if ctx == nil {
 		ctx = context.Background()
+	}
+	if e.Client == nil && (e.flags.Timeout == nil || *e.flags.Timeout == "" || *e.flags.Timeout == "0") {
+		e.flags.WrapConfigFn = func(c *rest.Config) *rest.Config {
+			c.Timeout = completionTimeout
+			return c
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, completionTimeout)
 	return ctx, cancel, e.connect() == nil

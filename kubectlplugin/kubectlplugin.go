@@ -55,7 +55,20 @@ func NewCommand(env *Env) *cobra.Command {
 		Version:       env.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(*cobra.Command, []string) error {
+		// An unknown command is a usage error (cobra's own message).
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("%w: unknown command %q for %q", ErrUsage, args[0], cmd.CommandPath())
+			}
+			return nil
+		},
+		// Without a command: the help.
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		// Help and the completion scripts need no cluster.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.HasParent() || cmd.Name() == "help" || cmd.Name() == "completion" || cmd.Parent().Name() == "completion" {
+				return nil
+			}
 			return env.connect()
 		},
 	}

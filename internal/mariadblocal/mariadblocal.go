@@ -189,7 +189,9 @@ func (s *Server) start() error {
 // mariadbd's options for them; none without TLS.
 func (s *Server) writeTLS() ([]string, error) {
 	if s.TLS == nil {
-		return nil, nil
+		// MariaDB 11.4+ would otherwise offer TLS with a certificate it
+		// makes itself.
+		return []string{"--skip-ssl"}, nil
 	}
 	dir := filepath.Join(s.Dir, "tls")
 	if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -15,7 +15,7 @@
 //     platform (linux and darwin, amd64 and arm64), the plugin's with its
 //     completion shim, each with LICENSE;
 //   - SHA256SUMS of every top-level file;
-//   - krew/bloodraven.yaml, a krew plugin manifest whose URIs are the
+//   - bloodraven.yaml, a krew plugin manifest whose URIs are the
 //     release base URL and the archives' names, with their checksums;
 //   - RELEASE-NOTES.md, the CHANGELOG section of the version.
 //

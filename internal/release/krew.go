@@ -31,6 +31,7 @@ type krewPluginSpec struct {
 	Homepage         string         `json:"homepage"`
 	ShortDescription string         `json:"shortDescription"`
 	Description      string         `json:"description"`
+	Caveats          string         `json:"caveats"`
 	Platforms        []krewPlatform `json:"platforms"`
 }
 
@@ -55,7 +56,8 @@ type krewFile struct {
 // github.com/v1alpha2 Plugin) of kubectl-bloodraven version: one platform
 // per archive, its URI baseURL joined with the archive's name, its sha256
 // the archive's. The plugin's archive holds the binary, the completion
-// shim and LICENSE, all installed.
+// shim and LICENSE, all installed; krew links only the binary onto PATH,
+// so the caveats say how to give kubectl the shim.
 func KrewManifest(version, baseURL string, archives []KrewArchive) ([]byte, error) {
 	if len(archives) == 0 {
 		return nil, fmt.Errorf("krew manifest: no archive")
@@ -67,6 +69,9 @@ func KrewManifest(version, baseURL string, archives []KrewArchive) ([]byte, erro
 			ShortDescription: "Look at and act on Bloodraven's MySQL failover groups",
 			Description: "For the people on call: a group's primary, topology generation, planned operation and who holds its\n" +
 				"deployment leases; revoke them, request a planned failover, or open a database's schema-verification gate.\n",
+			Caveats: "krew puts only kubectl-bloodraven on PATH. For `kubectl bloodraven <TAB>` (kubectl 1.26+), put the\n" +
+				"completion shim there too:\n" +
+				"  ln -s \"${KREW_ROOT:-$HOME/.krew}/store/bloodraven/v" + strings.TrimPrefix(version, "v") + "/kubectl_complete-bloodraven\" \"${KREW_ROOT:-$HOME/.krew}/bin/\"\n",
 		}}
 	for _, a := range archives {
 		if len(a.SHA256) != 64 {

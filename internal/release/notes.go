@@ -11,9 +11,15 @@ import (
 // that heading, under a title naming the release. A CHANGELOG without the
 // section is an error: a release says what changed.
 func Notes(changelog, version string) (string, error) {
+	notes, _, err := notesOf(changelog, version)
+	return notes, err
+}
+
+// notesOf is Notes and whether the section's heading says "unreleased".
+func notesOf(changelog, version string) (_ string, unreleased bool, _ error) {
 	b, err := os.ReadFile(changelog)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	var body []string
 	in := false
@@ -24,6 +30,9 @@ func Notes(changelog, version string) (string, error) {
 			}
 			f := strings.Fields(line)
 			in = len(f) >= 2 && (f[1] == version || f[1] == "v"+version)
+			if in {
+				unreleased = strings.Contains(strings.ToLower(line), "unreleased")
+			}
 			continue
 		}
 		if in {
@@ -32,7 +41,7 @@ func Notes(changelog, version string) (string, error) {
 	}
 	text := strings.TrimSpace(strings.Join(body, "\n"))
 	if text == "" {
-		return "", fmt.Errorf("%s has no section \"## %s\" (or it is empty): write the release's changes there first", changelog, version)
+		return "", false, fmt.Errorf("%s has no section \"## %s\" (or it is empty): write the release's changes there first", changelog, version)
 	}
-	return fmt.Sprintf("# Bloodraven %s\n\n%s\n\nUpgrading: docs/upgrading.md. Verifying the assets: docs/release.md.\n", version, text), nil
+	return fmt.Sprintf("# Bloodraven %s\n\n%s\n\nUpgrading: docs/upgrading.md. Verifying the assets: docs/release.md.\n", version, text), unreleased, nil
 }

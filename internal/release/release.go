@@ -134,16 +134,30 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 			return nil, fmt.Errorf("release: the tree has uncommitted changes; commit them (or RELEASE_ALLOW_DIRTY=1 for a trial):\n%s", out)
 		}
 	}
+	notes, unreleased, err := notesOf(filepath.Join(o.Root, "CHANGELOG.md"), o.Version)
+	if err != nil {
+		return nil, err
+	}
+	if unreleased && !o.AllowDirty {
+		return nil, fmt.Errorf("release: CHANGELOG.md's section of %s is headed \"unreleased\": give it the release's date first", o.Version)
+	}
 	stamp, err := commitTime(ctx, o.Root)
 	if err != nil {
 		return nil, err
 	}
+	// Written beside Out and renamed into place once whole.
+	final, err := safeOut(o.Root, o.Out)
+	if err != nil {
+		return nil, err
+	}
+	o.Out = final + ".partial"
 	if err := os.RemoveAll(o.Out); err != nil {
 		return nil, fmt.Errorf("clear %s: %w", o.Out, err)
 	}
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return nil, err
 	}
+	defer os.RemoveAll(o.Out) // a failed build's; gone once renamed
 	work, err := os.MkdirTemp("", "bloodraven-release-")
 	if err != nil {
 		return nil, err
@@ -180,10 +194,6 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 	if err := b.krew(res); err != nil {
 		return nil, err
 	}
-	notes, err := Notes(filepath.Join(o.Root, "CHANGELOG.md"), o.Version)
-	if err != nil {
-		return nil, err
-	}
 	res.Notes = "RELEASE-NOTES.md"
 	if err := os.WriteFile(filepath.Join(o.Out, res.Notes), []byte(notes), 0o644); err != nil {
 		return nil, err
@@ -192,8 +202,31 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 	if err := writeSums(o.Out, res.Sums); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(o.Log, "release %s written to %s\n", o.Version, o.Out)
+	if err := os.RemoveAll(final); err != nil {
+		return nil, fmt.Errorf("clear %s: %w", final, err)
+	}
+	if err := os.Rename(o.Out, final); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(o.Log, "release %s written to %s\n", o.Version, final)
 	return res, nil
+}
+
+// safeOut is out made absolute, refused when replacing it would remove the
+// repository or one of its parents.
+func safeOut(root, out string) (string, error) {
+	absRoot, err := filepath.Abs(root)
+	if err != nil {
+		return "", err
+	}
+	absOut, err := filepath.Abs(out)
+	if err != nil {
+		return "", err
+	}
+	if rel, err := filepath.Rel(absOut, absRoot); err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
+		return "", fmt.Errorf("release: -out %s would replace the repository %s: name a directory of its own, such as dist", out, absRoot)
+	}
+	return absOut, nil
 }
 
 type builder struct {
@@ -312,10 +345,7 @@ func (b *builder) krew(res *Result) error {
 	if err != nil {
 		return err
 	}
-	res.Krew = filepath.Join("krew", "bloodraven.yaml")
-	if err := os.MkdirAll(filepath.Join(b.o.Out, "krew"), 0o755); err != nil {
-		return err
-	}
+	res.Krew = "bloodraven.yaml" // krew's file name is the plugin's
 	return os.WriteFile(filepath.Join(b.o.Out, res.Krew), m, 0o644)
 }
 

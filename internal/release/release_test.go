@@ -69,7 +69,7 @@ func TestTheReleaseReadsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := &Result{Images: map[string]string{}, SBOMs: map[string]string{}, Chart: "bloodraven-" + version + ".tgz",
-		ChartOCI: filepath.Join("oci", "chart-bloodraven"), Index: "index.yaml", Krew: filepath.Join("krew", "bloodraven.yaml"),
+		ChartOCI: filepath.Join("oci", "chart-bloodraven"), Index: "index.yaml", Krew: "bloodraven.yaml",
 		Notes: "RELEASE-NOTES.md", Sums: "SHA256SUMS"}
 	for _, im := range images {
 		res.Images[im.name], res.SBOMs[im.name] = filepath.Join("oci", im.name), im.name+".cdx.json"
@@ -226,7 +226,8 @@ func TestTheReleaseReadsBack(t *testing.T) {
 		if err := yaml.UnmarshalStrict(readFile(t, filepath.Join(out, res.Krew)), &m); err != nil {
 			t.Fatal(err)
 		}
-		if m.Kind != "Plugin" || m.Metadata.Name != "bloodraven" || m.Spec.Version != "v"+version || len(m.Spec.Platforms) != len(testCLIPlatforms) {
+		if m.Kind != "Plugin" || m.Metadata.Name != "bloodraven" || m.Spec.Version != "v"+version || len(m.Spec.Platforms) != len(testCLIPlatforms) ||
+			!strings.Contains(m.Spec.Caveats, "kubectl_complete-bloodraven") {
 			t.Fatalf("manifest: %+v", m)
 		}
 		for _, p := range m.Spec.Platforms {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -89,8 +90,12 @@ func SBOM(subject SBOMSubject, stamp time.Time, bins ...string) ([]byte, error) 
 			if m.path == "" {
 				continue
 			}
-			if m.version == "(devel)" || m.version == "" {
-				m.version = "v" + subject.Version // this release's own modules
+			// This release's own modules (the main module, stamped by the
+			// toolchain with a pseudo-version from git, and the client
+			// module replaced by its directory) are at the release's
+			// version.
+			if m == all[0] || m.version == "(devel)" || m.version == "" || strings.HasPrefix(m.path, "github.com/shipstream/bloodraven") {
+				m.version, m.sum = "v"+subject.Version, ""
 			}
 			mods[m.path+"@"+m.version] = mod{m.path, m.version, m.sum}
 		}

@@ -1,6 +1,8 @@
 package release
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"context"
 	"os"
 	"os/exec"
@@ -83,6 +85,8 @@ func TestTheKrewManifestRefusesAnArchiveWithoutItsChecksum(t *testing.T) {
 	}
 }
 
+// Archives are the same bytes for the same content, whatever the files'
+// own times: every header carries the stamp.
 func TestArchivesAreTheSameBytesForTheSameFiles(t *testing.T) {
 	dir := t.TempDir()
 	src := filepath.Join(dir, "bin")
@@ -91,7 +95,11 @@ func TestArchivesAreTheSameBytesForTheSameFiles(t *testing.T) {
 	}
 	stamp := time.Unix(1700000000, 0)
 	var sums []string
-	for _, name := range []string{"a.tar.gz", "b.tar.gz"} {
+	for i, name := range []string{"a.tar.gz", "b.tar.gz"} {
+		mtime := time.Now().Add(time.Duration(i) * 48 * time.Hour) // the file changes its times between the two
+		if err := os.Chtimes(src, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
 		if err := writeArchive(filepath.Join(dir, name), []archiveFile{{name: "bin", path: src, mode: 0o755}}, stamp); err != nil {
 			t.Fatal(err)
 		}
@@ -100,8 +108,48 @@ func TestArchivesAreTheSameBytesForTheSameFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		sums = append(sums, s)
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		gz, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := tar.NewReader(gz).Next()
+		f.Close()
+		if err != nil || !h.ModTime.Equal(stamp) || h.Uid != 0 || h.Mode != 0o755 || !gz.ModTime.IsZero() {
+			t.Fatalf("%s: header %+v, gzip time %v (%v); want the stamp %v, root, 0755, no gzip time", name, h, gz.ModTime, err, stamp)
+		}
 	}
 	if sums[0] != sums[1] {
-		t.Fatalf("two archives of the same file differ: %v", sums)
+		t.Fatalf("two archives of the same content differ: %v", sums)
+	}
+}
+
+// A real release refuses a CHANGELOG section still headed "unreleased"
+// (a trial accepts it), and an -out that would replace the repository.
+func TestAReleaseRefusesUndatedNotesAndAnOutThatIsTheRepository(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "CHANGELOG.md"), []byte("## 1.0.0 — unreleased\n\n- a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"init", "-q"}, {"add", "."}, {"-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-q", "-m", "x"}} {
+		if out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	o := Options{Root: dir, Out: filepath.Join(dir, "dist"), Version: "1.0.0", BaseURL: "https://x", Registry: "r", Helm: "helm"}
+	if _, err := Build(context.Background(), o); err == nil || !strings.Contains(err.Error(), `headed "unreleased"`) {
+		t.Fatalf("undated notes: %v", err)
+	}
+	for _, out := range []string{dir, filepath.Dir(dir), "/"} {
+		o.Out, o.AllowDirty = out, true
+		if _, err := Build(context.Background(), o); err == nil || !strings.Contains(err.Error(), "would replace the repository") {
+			t.Fatalf("-out %s: %v", out, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "CHANGELOG.md")); err != nil {
+		t.Fatalf("a refused release removed the repository's files: %v", err)
 	}
 }

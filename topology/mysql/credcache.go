@@ -145,6 +145,14 @@ func (c *CredentialCache) read(ctx context.Context, g *bloodravenv1alpha1.MysqlF
 		}
 		c.m[k] = credEntry{acct: acct, at: at}
 	}
+	// Entries past their TTL go: a deleted group's account, or one kept
+	// under Secret names the group no longer uses, does not stay in
+	// memory (passwords, client keys) for the life of the process.
+	for other, e := range c.m {
+		if at.Sub(e.at) >= c.ttl() {
+			delete(c.m, other)
+		}
+	}
 	c.mu.Unlock()
 	return acct, nil
 }

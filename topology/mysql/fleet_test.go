@@ -266,3 +266,25 @@ func TestAPanickingSecretReadIsAnErrorAndTheNextReadsAgain(t *testing.T) {
 		t.Fatalf("second Get: %q %q %v", a.User, a.Password, err)
 	}
 }
+
+// A kept account past its TTL leaves memory at the next read of any
+// group: a deleted group's password (and client key) is not kept for the
+// life of the process.
+func TestAnExpiredAccountIsDroppedAtTheNextRead(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := &CredentialCache{Clock: clk, Fetch: Static(Account{User: "u", Password: "p"})}
+	gone, live := &bloodravenv1alpha1.MysqlFailoverGroup{}, &bloodravenv1alpha1.MysqlFailoverGroup{}
+	gone.UID, live.UID = "deleted-group", "live-group"
+	if _, err := c.Get(context.Background(), gone); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(DefaultCredentialTTL)
+	if _, err := c.Get(context.Background(), live); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, kept := c.m[keyOf(gone)]; kept || len(c.m) != 1 {
+		t.Fatalf("after a TTL the cache still holds %d accounts (the deleted group's: %v)", len(c.m), kept)
+	}
+}
