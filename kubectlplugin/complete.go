@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -76,20 +77,13 @@ func (e *Env) names(ctx context.Context, list client.ObjectList, prefix string) 
 	if !ok || e.Client.List(ctx, list, client.InNamespace(e.Namespace)) != nil {
 		return nil
 	}
-	var out []string
-	switch l := list.(type) {
-	case *bloodravenv1alpha1.MysqlFailoverGroupList:
-		for _, g := range l.Items {
-			out = append(out, g.Name)
-		}
-	case *bloodravenv1alpha1.MysqlDatabaseList:
-		for _, d := range l.Items {
-			out = append(out, d.Name)
-		}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return nil
 	}
 	var match []string
-	for _, n := range out {
-		if strings.HasPrefix(n, prefix) {
+	for _, o := range items {
+		if n := o.(client.Object).GetName(); strings.HasPrefix(n, prefix) {
 			match = append(match, n)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"path"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"time"
@@ -66,8 +68,7 @@ type cdxDependency struct {
 // are flat: the image depends on every module, since the build information
 // records which modules were linked, not who required whom.
 func SBOM(subject SBOMSubject, stamp time.Time, bins ...string) ([]byte, error) {
-	type mod struct{ path, version, sum string }
-	mods := map[string]mod{}
+	mods := map[string]debug.Module{}
 	var goVersion string
 	for _, bin := range bins {
 		info, err := buildinfo.ReadFile(bin)
@@ -75,29 +76,22 @@ func SBOM(subject SBOMSubject, stamp time.Time, bins ...string) ([]byte, error) 
 			return nil, fmt.Errorf("build information of %s: %w", bin, err)
 		}
 		goVersion = info.GoVersion
-		all := []*debugModule{{info.Main.Path, info.Main.Version, info.Main.Sum}}
-		for _, d := range info.Deps {
-			m := &debugModule{d.Path, d.Version, d.Sum}
-			if r := d.Replace; r != nil {
-				m.version, m.sum = r.Version, r.Sum
-				if m.version == "" { // a local replacement: the tree's own module
-					m.version = "(devel)"
-				}
-			}
-			all = append(all, m)
-		}
-		for _, m := range all {
-			if m.path == "" {
+		for _, m := range append([]*debug.Module{&info.Main}, info.Deps...) {
+			if m.Path == "" {
 				continue
 			}
-			// This release's own modules (the main module, stamped by the
-			// toolchain with a pseudo-version from git, and the client
-			// module replaced by its directory) are at the release's
-			// version.
-			if m == all[0] || m.version == "(devel)" || m.version == "" || strings.HasPrefix(m.path, "github.com/shipstream/bloodraven") {
-				m.version, m.sum = "v"+subject.Version, ""
+			mod := *m
+			if r := m.Replace; r != nil {
+				mod.Version, mod.Sum = r.Version, r.Sum
 			}
-			mods[m.path+"@"+m.version] = mod{m.path, m.version, m.sum}
+			// This repository's own modules (the main module, which the
+			// toolchain stamps with a pseudo-version from git, and the
+			// client module replaced by its directory) are at the release's
+			// version.
+			if strings.HasPrefix(mod.Path, ownModule) {
+				mod.Version, mod.Sum = "v"+subject.Version, ""
+			}
+			mods[mod.Path+"@"+mod.Version] = mod
 		}
 	}
 	keys := make([]string, 0, len(mods))
@@ -105,7 +99,7 @@ func SBOM(subject SBOMSubject, stamp time.Time, bins ...string) ([]byte, error) 
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	rootRef := "pkg:oci/" + lastSegment(subject.Name) + "@" + subject.Digest + "?repository_url=" + url.QueryEscape(subject.Name)
+	rootRef := "pkg:oci/" + path.Base(subject.Name) + "@" + subject.Digest + "?repository_url=" + url.QueryEscape(subject.Name)
 	bom := cdxBOM{BOMFormat: "CycloneDX", SpecVersion: "1.5", Version: 1,
 		SerialNumber: "urn:uuid:" + uuidFrom(subject.Digest),
 		Metadata: cdxMetadata{
@@ -118,10 +112,10 @@ func SBOM(subject SBOMSubject, stamp time.Time, bins ...string) ([]byte, error) 
 	dep := cdxDependency{Ref: rootRef, DependsOn: []string{}}
 	for _, k := range keys {
 		m := mods[k]
-		purl := "pkg:golang/" + m.path + "@" + m.version
-		c := cdxComponent{Type: "library", BOMRef: purl, Name: m.path, Version: m.version, PURL: purl}
-		if m.sum != "" {
-			c.Properties = []cdxProperty{{Name: "go:module:sum", Value: m.sum}}
+		purl := "pkg:golang/" + m.Path + "@" + m.Version
+		c := cdxComponent{Type: "library", BOMRef: purl, Name: m.Path, Version: m.Version, PURL: purl}
+		if m.Sum != "" {
+			c.Properties = []cdxProperty{{Name: "go:module:sum", Value: m.Sum}}
 		}
 		bom.Components = append(bom.Components, c)
 		dep.DependsOn = append(dep.DependsOn, purl)
@@ -135,16 +129,8 @@ func SBOM(subject SBOMSubject, stamp time.Time, bins ...string) ([]byte, error) 
 	return json.MarshalIndent(bom, "", "  ")
 }
 
-type debugModule struct{ path, version, sum string }
-
-func lastSegment(repo string) string {
-	for i := len(repo) - 1; i >= 0; i-- {
-		if repo[i] == '/' {
-			return repo[i+1:]
-		}
-	}
-	return repo
-}
+// ownModule is this repository's module path, the client's its prefix.
+const ownModule = "github.com/shipstream/bloodraven"
 
 // uuidFrom is a version-5-shaped UUID derived from s: the same image, the
 // same serial number.

@@ -107,20 +107,17 @@ func (d *Driver) open(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGr
 	}
 	cfg.Addr = fmt.Sprintf("%s:%d", s.Host, port)
 	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = 2*time.Second, 10*time.Second, 10*time.Second
+	// The pool's identity: the account and, with TLS, the material's
+	// fingerprint. A pool is opened, and its TLS configuration built (the
+	// CA parsed, the key pair loaded), only when its identity changes, not
+	// on every open of a site.
+	id := cfg.FormatDSN()
 	if TLSRequired(g) {
-		// Material that cannot make a TLS configuration is read again on
-		// the next call: the Secret may be mended by then.
 		if acct.TLS == nil {
+			// Read again on the next call: the Secret may be mended by then.
 			d.invalidate(g)
 			return nil, fmt.Errorf("site %s: %w", s.Name, errTLSNotConfigured)
 		}
-		if cfg.TLS, err = acct.TLS.config(s.Host); err != nil {
-			d.invalidate(g)
-			return nil, fmt.Errorf("site %s: %w", s.Name, err)
-		}
-	}
-	id := cfg.FormatDSN()
-	if cfg.TLS != nil {
 		id += "|tls:" + acct.TLS.fingerprint()
 	}
 	k := poolKey{uid: string(g.UID), addr: cfg.Addr}
@@ -131,9 +128,17 @@ func (d *Driver) open(ctx context.Context, g *bloodravenv1alpha1.MysqlFailoverGr
 	p, ok := d.dbs[k]
 	if ok && p.id != id { // the account or the TLS material changed: a new pool
 		p.db.Close()
+		delete(d.dbs, k)
 		ok = false
 	}
 	if !ok {
+		if TLSRequired(g) {
+			if cfg.TLS, err = acct.TLS.config(s.Host); err != nil {
+				d.mu.Unlock()
+				d.invalidate(g) // material that makes no configuration is read again next time
+				return nil, fmt.Errorf("site %s: %w", s.Name, err)
+			}
+		}
 		connect := d.connect
 		if connect == nil {
 			connect = openPool

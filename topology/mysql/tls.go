@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 
 	gomysql "github.com/go-sql-driver/mysql"
 
@@ -29,6 +30,9 @@ type TLSMaterial struct {
 	// ClientCert and ClientKey, both or neither: the certificate the
 	// driver presents.
 	ClientCert, ClientKey []byte
+
+	fpOnce sync.Once
+	fp     string
 }
 
 // Static is a Credentials that always answers a: for tests and for tools
@@ -68,17 +72,18 @@ func (m *TLSMaterial) config(serverName string) (*tls.Config, error) {
 }
 
 // fingerprint identifies the material (a hash, never the material): a pool
-// whose material changed is replaced.
+// whose material changed is replaced. Computed once per material (the
+// cache hands the same one to every open until it reads the Secrets again).
 func (m *TLSMaterial) fingerprint() string {
-	if m == nil {
-		return ""
-	}
-	h := sha256.New()
-	for _, b := range [][]byte{m.CA, m.ClientCert, m.ClientKey} {
-		fmt.Fprintf(h, "%d:", len(b))
-		h.Write(b)
-	}
-	return hex.EncodeToString(h.Sum(nil))
+	m.fpOnce.Do(func() {
+		h := sha256.New()
+		for _, b := range [][]byte{m.CA, m.ClientCert, m.ClientKey} {
+			fmt.Fprintf(h, "%d:", len(b))
+			h.Write(b)
+		}
+		m.fp = hex.EncodeToString(h.Sum(nil))
+	})
+	return m.fp
 }
 
 // tlsRejected reports whether err is a site's certificate failing

@@ -261,33 +261,54 @@ func TestAPlannedSwitchoverOverTLSReplicatesOverTLS(t *testing.T) {
 		t.Fatal("after the switchover iad must be read-only and pdx writable")
 	}
 	sw.waitReplicating(t, "iad")
-	root, err := s.iad.Root()
+	iad, err := d.open(context.Background(), g, g.Spec.Sites[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer root.Close()
-	rows, err := root.Query("SHOW SLAVE STATUS")
+	status, err := iad.replicaStatus(context.Background())
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer rows.Close()
-	cols, _ := rows.Columns()
-	if !rows.Next() {
-		t.Fatal("iad is not a replica after the switchover")
-	}
-	vals := make([]any, len(cols))
-	for i := range vals {
-		vals[i] = new([]byte)
-	}
-	if err := rows.Scan(vals...); err != nil {
-		t.Fatal(err)
-	}
-	status := map[string]string{}
-	for i, c := range cols {
-		status[c] = string(*vals[i].(*[]byte))
 	}
 	if status["Master_SSL_Allowed"] != "Yes" || status["Master_Port"] != strconv.Itoa(s.pdx.Port) || status["Slave_IO_Running"] != "Yes" {
 		t.Fatalf("iad's replication: Master_SSL_Allowed=%q Master_Port=%q Slave_IO_Running=%q, want Yes, %d, Yes",
 			status["Master_SSL_Allowed"], status["Master_Port"], status["Slave_IO_Running"], s.pdx.Port)
+	}
+}
+
+// A planned switchover of a TLS group whose target or old primary is
+// paused (SIGSTOP: the kernel accepts the connection, the TLS handshake
+// never answers) fails without opening the target: no sample of
+// @@read_only, taken every 100 ms on both sites, sees two writable, and the
+// target stays read-only once the paused site resumes.
+func TestAPlannedSwitchoverOverTLSToOrFromAPausedSiteOpensNothing(t *testing.T) {
+	for _, paused := range []string{"pdx", "iad"} {
+		t.Run(paused+" paused", func(t *testing.T) {
+			s := startTLSSites(t)
+			sampler := readonly.Start(t, map[string]string{"iad": s.iad.DSN(""), "pdx": s.pdx.DSN("")})
+			g := tlsGroup(siteAt("iad", "127.0.0.1", s.iad), siteAt("pdx", "127.0.0.1", s.pdx))
+			d := New(Static(Account{User: "bloodraven", Password: "s3cret", TLS: &TLSMaterial{CA: s.ca.CertPEM}}))
+			t.Cleanup(d.Close)
+			(&sites{iad: s.iad, pdx: s.pdx, group: g, driver: d}).waitReplicating(t, "pdx")
+			srv := map[string]*mariadblocal.Server{"iad": s.iad, "pdx": s.pdx}[paused]
+			if err := srv.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = srv.Resume() })
+			start := sampler.Mark("paused")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := d.Promote(ctx, g, "pdx", 2, true); err == nil {
+				t.Fatalf("a planned switchover with %s paused succeeded", paused)
+			}
+			if err := srv.Resume(); err != nil {
+				t.Fatal(err)
+			}
+			if !readOnly(t, s.pdx) {
+				t.Fatal("the target was opened although the switchover failed")
+			}
+			if both := sampler.TwoWritable(start, time.Time{}); len(both) > 0 {
+				t.Fatalf("both sites writable in %d samples:\n%s", len(both), sampler.Timeline())
+			}
+		})
 	}
 }
