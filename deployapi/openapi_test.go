@@ -82,7 +82,7 @@ func TestOpenAPISchemasAreTheWireTypes(t *testing.T) {
 	bodies := map[string]any{
 		"GrantRequest": wire.GrantRequest{}, "RenewRequest": wire.RenewRequest{}, "Lease": wire.Lease{}, "Grant": wire.Grant{},
 		"Group": wire.Group{}, "Health": wire.Health{}, "Operations": wire.Operations{}, "Planned": wire.Planned{},
-		"ListedLease": wire.ListedLease{}, "Admission": wire.Admission{}, "Error": wire.Error{}, "Holder": wire.Holder{},
+		"ListedLease": wire.ListedLease{}, "Admission": wire.Admission{}, "CutOver": wire.CutOver{}, "Error": wire.Error{}, "Holder": wire.Holder{},
 	}
 	if len(doc.Comps.Schemas) != len(bodies) {
 		t.Errorf("docs/openapi.yaml has %d schemas, the wire %d bodies", len(doc.Comps.Schemas), len(bodies))

@@ -43,7 +43,8 @@ func TestTheStatusAndLeasesAnswers(t *testing.T) {
 	for _, want := range []string{"Primary:     iad", "Generation:  4", "Conditions:  Ready\n",
 		"Planned:     failover f-1 to pdx: Deferred (DeploymentHold, retry at 2026-12-03T04:00:45Z)",
 		"Mutex:       op-1 (instance orders-db, generation 4, expires in 30s), phase ddl",
-		"Holds:       op-1 (instance orders-db, generation 4, expires in 30s)\n"} {
+		"Holds:       op-1 (instance orders-db, generation 4, expires in 30s)\n",
+		`Cut-over:    not allowed: PlannedOperationPending: PlannedFailover "f-1" is Deferred`} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, out.String())
 		}

@@ -14,6 +14,7 @@ import (
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
 	"github.com/shipstream/bloodraven/leases"
+	"github.com/shipstream/bloodraven/policy"
 )
 
 // StatusView is one group's answer to `status -o json|yaml`: what the
@@ -33,6 +34,17 @@ type StatusView struct {
 	PlannedFailover         *bloodravenv1alpha1.PlannedFailoverStatus `json:"plannedFailover,omitempty"`
 	Mutex                   *LeaseView                                `json:"mutex"`
 	Holds                   []LeaseView                               `json:"holds"`
+	// CutOver is the group's side of an online schema change's cut-over,
+	// judged as the deployment API's observation judges it.
+	CutOver CutOverView `json:"cutOver"`
+}
+
+// CutOverView says whether the group allows a cut-over now and, when not,
+// why (docs/online-schema-change.md).
+type CutOverView struct {
+	Allowed bool   `json:"allowed"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // LeaseView is one deployment Lease record as the plugin shows it: never
@@ -96,6 +108,8 @@ func statusView(gr groupRecords, now time.Time) StatusView {
 	if pf := s.PlannedFailover; pf != nil && pf.Phase != "" {
 		v.PlannedFailover = pf
 	}
+	co := policy.CutOver(&s, now, policy.DefaultCutOverMargin)
+	v.CutOver = CutOverView{Allowed: co.Allowed, Reason: co.Reason, Message: co.Message}
 	for _, r := range gr.recs {
 		if !r.Live(now) || r.State != leases.StateActive {
 			continue
@@ -259,6 +273,11 @@ func writeStatus(out io.Writer, g *bloodravenv1alpha1.MysqlFailoverGroup, recs [
 	}
 	fmt.Fprintf(out, "Mutex:       %s\n", mutex)
 	fmt.Fprintf(out, "Holds:       %s\n", orNone(strings.Join(holds, "; ")))
+	if v.CutOver.Allowed {
+		fmt.Fprintln(out, "Cut-over:    allowed")
+	} else {
+		fmt.Fprintf(out, "Cut-over:    not allowed: %s: %s\n", v.CutOver.Reason, v.CutOver.Message)
+	}
 }
 
 func orNone(s string) string {

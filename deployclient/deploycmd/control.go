@@ -14,7 +14,9 @@ import (
 // directory, and the command's `mark-ddl` asks it to confirm the DDL
 // boundary. One request per connection, one line each way:
 //
-//	mark-ddl            ->  ok [note] | error <why>
+//	mark-ddl                          ->  ok [note] | error <why>
+//	cut-over <budget-ms> <timeout-ms> ->  ok | error <why>
+//	postponing                        ->  ok | error <why>
 
 // askRun sends one request to the run's control socket and returns the
 // answer's note; an "error" answer is an error.
@@ -44,10 +46,11 @@ func askRun(sock, request string, timeout time.Duration) (string, error) {
 	return "", fmt.Errorf("unexpected answer %q", line)
 }
 
-// serveControl answers requests on l until ctx ends. markDDL confirms the
-// boundary: nil once the operator confirmed it, with a note for the
-// command's log.
-func serveControl(ctx context.Context, l net.Listener, markDDL func(context.Context) (string, error)) {
+// serveControl answers requests on l until ctx ends, one per connection:
+// answer gets the request line and a context that ends with ctx or when
+// the asking side goes away (a cut-over hook killed while it waits), and
+// returns the answer's note or an error.
+func serveControl(ctx context.Context, l net.Listener, answer func(ctx context.Context, request string) (string, error)) {
 	go func() { <-ctx.Done(); l.Close() }()
 	for {
 		c, err := l.Accept()
@@ -57,27 +60,31 @@ func serveControl(ctx context.Context, l net.Listener, markDDL func(context.Cont
 		go func() {
 			defer c.Close()
 			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			line, err := bufio.NewReader(c).ReadString('\n')
+			r := bufio.NewReader(c)
+			line, err := r.ReadString('\n')
 			if err != nil {
 				return
 			}
 			_ = c.SetReadDeadline(time.Time{})
-			var answer string
-			switch strings.TrimSpace(line) {
-			case "mark-ddl":
-				note, err := markDDL(ctx)
-				switch {
-				case err != nil:
-					answer = "error " + oneLine(err.Error())
-				case note != "":
-					answer = "ok " + oneLine(note)
-				default:
-					answer = "ok"
-				}
+			rctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			go func() {
+				// The asker sends nothing more: EOF or an error means it
+				// is gone, and so is its question.
+				_, _ = r.ReadByte()
+				cancel()
+			}()
+			var out string
+			note, err := answer(rctx, strings.TrimSpace(line))
+			switch {
+			case err != nil:
+				out = "error " + oneLine(err.Error())
+			case note != "":
+				out = "ok " + oneLine(note)
 			default:
-				answer = "error unknown request"
+				out = "ok"
 			}
-			_, _ = fmt.Fprintln(c, answer)
+			_, _ = fmt.Fprintln(c, out)
 		}()
 	}
 }

@@ -128,7 +128,8 @@ func Run(name string, args []string, stdin io.Reader, stdout, stderr io.Writer, 
 	}
 }
 
-// NewCommand is the command tree: run, status, mark-ddl and completion.
+// NewCommand is the command tree: run, status, mark-ddl, cut-over,
+// postponing and completion.
 func NewCommand(name string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
 	root := &cobra.Command{
 		Use:   name,
@@ -143,7 +144,8 @@ func NewCommand(name string, stdin io.Reader, stdout, stderr io.Writer, getenv f
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(runCommand(stdin, stdout, stderr, getenv), statusCommand(stdout, stderr, getenv), markDDLCommand(stderr, getenv))
+	root.AddCommand(runCommand(stdin, stdout, stderr, getenv), statusCommand(stdout, stderr, getenv), markDDLCommand(stderr, getenv),
+		cutOverCommand(stderr, getenv), postponingCommand(stderr, getenv))
 	return root
 }
 

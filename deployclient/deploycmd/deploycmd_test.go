@@ -63,3 +63,35 @@ func TestRunHelpNamesEveryExitCode(t *testing.T) {
 		t.Fatalf("an unknown flag: exit %d, want %d", code, ExitUsage)
 	}
 }
+
+// The online-schema-change hooks work only inside a run: outside one they
+// fail with a usage error that says so, and nothing is cut over.
+func TestTheCutOverHooksOutsideARunFailClearly(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"cut-over outside a run":              {[]string{"cut-over"}, "run this inside 'bloodraven deploy run -- ...' (the tool's cut-over hook); do not cut over"},
+		"postponing outside a run":            {[]string{"postponing"}, "run this inside 'bloodraven deploy run --postpone-flag-file"},
+		"cut-over with a zero budget":         {[]string{"cut-over", "--budget", "0s"}, "must be positive"},
+		"a postpone file in a missing folder": {[]string{"run", "--group", "g", "--instance", "i", "--postpone-flag-file", "/nonexistent/dir/postpone", "--", "true"}, "its directory does not exist"},
+		"a cut-over budget past half the ttl": {[]string{"run", "--group", "g", "--instance", "i", "--ttl", "30", "--postpone-flag-file", "/tmp/p", "--cut-over-budget", "16s", "--", "true"}, "at most half the ttl"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out, errb strings.Builder
+			getenv := noEnv
+			if name == "cut-over with a zero budget" {
+				getenv = func(k string) string {
+					if k == EnvControl {
+						return "/nonexistent/control"
+					}
+					return ""
+				}
+			}
+			if code := Run("bloodraven-deploy", tc.args, strings.NewReader(""), &out, &errb, getenv); code != ExitUsage || !strings.Contains(errb.String(), tc.want) {
+				t.Fatalf("exit %d, want %d naming %q:\n%s", code, ExitUsage, tc.want, errb.String())
+			}
+		})
+	}
+}

@@ -34,6 +34,10 @@ type runFlags struct {
 	grace          time.Duration
 	outcomeFile    string
 	takeOver       bool
+	// postponeFile is gh-ost's postpone flag file (--postpone-flag-file);
+	// cutOverBudget the margin its removal needs.
+	postponeFile  string
+	cutOverBudget time.Duration
 }
 
 // outcome is what a run records before it releases the migration mutex.
@@ -50,8 +54,12 @@ type outcome struct {
 	Namespace string `json:"namespace,omitempty"`
 	// CommandExitCode is the command's own exit code, when it exited (the
 	// run's exit code is 1 for any failure: 2-8 are the run's own).
-	CommandExitCode *int   `json:"commandExitCode,omitempty"`
-	At              string `json:"at"`
+	CommandExitCode *int `json:"commandExitCode,omitempty"`
+	// LostStage, when authority was lost: pre-ddl (before the boundary:
+	// an online schema change's copy), awaiting-cut-over (the tool's
+	// cut-over was waiting to be allowed) or ddl.
+	LostStage string `json:"lostStage,omitempty"`
+	At        string `json:"at"`
 }
 
 // runHelp is run's long help: what it does and its exit codes.
@@ -87,6 +95,11 @@ treated as a loss of authority (4 or 5), or refused (8) before COMMAND starts.
 COMMAND gets BLOODRAVEN_GROUP, BLOODRAVEN_INSTANCE, BLOODRAVEN_OPERATION_ID,
 BLOODRAVEN_TOPOLOGY_GENERATION and BLOODRAVEN_DDL_MARKER; it runs 'bloodraven deploy mark-ddl'
 (which returns only once the operator confirmed the boundary) before its first schema change.
+An online-schema-change tool (pt-online-schema-change, gh-ost) marks it at its cut-over instead:
+its cut-over hook runs 'bloodraven deploy cut-over', which waits until cutting over is safe; with
+--postpone-flag-file the run keeps gh-ost's postpone file in place until then. A loss during the
+copy is a loss before the boundary (exit 4, no gate). The abort command gets
+BLOODRAVEN_LOST_CAUSE and BLOODRAVEN_LOST_STAGE (pre-ddl, or awaiting-cut-over).
 
 COMMAND and the --on-abort command each run in their own process group. On Linux each is started
 through a small supervisor (this binary again, a child subreaper): if the run is killed outright
@@ -115,6 +128,8 @@ func runCommand(stdin io.Reader, stdout, stderr io.Writer, getenv func(string) s
 	fs.DurationVar(&f.wait, "wait", 5*time.Minute, "how long to wait for a held mutex (and transient refusals) before giving up with exit 3")
 	fs.DurationVar(&f.grace, "grace", 0, "time from SIGTERM to SIGKILL when the command is stopped; the stop starts this long before the lease's deadline, so the command is gone by then; at most ttl/3 (default ttl/3, at most 10s)")
 	fs.StringVar(&f.outcomeFile, "outcome-file", "", "file the outcome is written to (JSON, synced) before the migration mutex is released; when it cannot be written the mutex is left to lapse")
+	fs.StringVar(&f.postponeFile, "postpone-flag-file", "", "gh-ost's --postpone-cut-over-flag-file: created before COMMAND starts, removed (the DDL boundary marked first) only while cutting over is safe, once COMMAND ran 'bloodraven deploy postponing' (gh-ost's gh-ost-on-begin-postponed hook); put back when it is no longer safe")
+	fs.DurationVar(&f.cutOverBudget, "cut-over-budget", DefaultCutOverBudget, "with --postpone-flag-file: how long the tool's cut-over may take; the leases' deadline and any planned operation must leave at least this; at most ttl/2")
 	fs.BoolVar(&f.takeOver, "take-over", false, "take over an operation id that is live under another runner: renew it and wait 120 s before starting the command")
 	return cmd
 }
@@ -134,6 +149,12 @@ func runMain(f runFlags, command []string, stdin io.Reader, stdout, stderr io.Wr
 		return ExitUsage
 	case f.onAbortTimeout <= 0:
 		logf("--on-abort-timeout must be positive (for example 5m): the abort command is bounded")
+		return ExitUsage
+	case f.postponeFile != "" && (f.cutOverBudget <= 0 || f.cutOverBudget > time.Duration(min(max(f.ttl, 5), 120))*time.Second/2):
+		logf("--cut-over-budget %s must be positive and at most half the ttl: the leases' deadline must be able to leave it", f.cutOverBudget)
+		return ExitUsage
+	case f.postponeFile != "" && !dirExists(filepath.Dir(f.postponeFile)):
+		logf("--postpone-flag-file %s: its directory does not exist", f.postponeFile)
 		return ExitUsage
 	}
 	// The server clamps the ttl to [5, 120]; the grace must fit in a
@@ -219,6 +240,7 @@ func runMain(f runFlags, command []string, stdin io.Reader, stdout, stderr io.Wr
 		qualified(sess.Namespace(), f.group), f.operationID, sess.Generation(), sess.TTL(), (sess.TTL() / 3).Round(100*time.Millisecond))
 
 	r := &runner{f: f, sess: sess, clk: clk, logf: logf, stdout: stdout, stderr: stderr, dir: dir, marker: marker}
+	r.osc.ready = make(chan struct{})
 	return r.run(command, stdin, stdout, stderr, sigs)
 }
 
@@ -235,6 +257,11 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
+func dirExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
+}
+
 type runner struct {
 	f              runFlags
 	sess           *deployclient.Session
@@ -244,6 +271,11 @@ type runner struct {
 	dir, marker    string
 	// exitCode is the command's own exit code once it exited; -1 before.
 	exitCode int
+	// osc is the online-schema-change state: cut-over requests waiting,
+	// the postpone file's protocol.
+	osc oscState
+	// lostStage is the stage authority was lost in; empty when it was not.
+	lostStage string
 }
 
 func (r *runner) run(command []string, stdin io.Reader, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
@@ -257,7 +289,7 @@ func (r *runner) run(command []string, stdin io.Reader, stdout, stderr io.Writer
 	}
 	cctx, stopControl := context.WithCancel(context.Background())
 	defer stopControl()
-	go serveControl(cctx, ctl, r.markDDL)
+	go serveControl(cctx, ctl, r.answer)
 
 	if !r.sess.Held() {
 		r.logf("AUTHORITY LOST before the command started: %v", r.lostErr())
@@ -266,6 +298,15 @@ func (r *runner) run(command []string, stdin io.Reader, stdout, stderr io.Writer
 	// Its own process group, so that SIGTERM and SIGKILL reach everything it
 	// started; on Linux through a supervisor that kills that group (and
 	// whatever left it) if this process dies (see proc_*.go).
+	if r.f.postponeFile != "" {
+		// gh-ost postpones its cut-over while the file exists; it is
+		// removed only while cutting over is safe (postpone).
+		if err := createPostponeFile(r.f.postponeFile); err != nil {
+			r.logf("the postpone flag file: %v", err)
+			return r.finish(ExitChildFailed, "failed", fmt.Sprintf("could not create the postpone flag file: %v", err))
+		}
+		go r.postpone(cctx)
+	}
 	env := append(r.childEnv(), EnvDDLMarker+"="+r.marker, EnvControl+"="+filepath.Join(r.dir, "control"))
 	c, err := startChild(command, env, stdin, stdout, stderr, r.logf)
 	if err != nil {
@@ -325,7 +366,8 @@ wait:
 // the lease's loss moment anyway.
 const confirmTimeout = 2 * time.Minute
 
-// markDDL answers mark-ddl: the phase ddl, confirmed by the operator.
+// markDDL confirms phase ddl with the operator: mark-ddl's answer (its
+// command wrote the marker), and the cut-over's once it wrote it.
 func (r *runner) markDDL(ctx context.Context) (string, error) {
 	err := r.sess.MarkDDL(ctx)
 	switch {
@@ -427,6 +469,7 @@ func (r *runner) lost() int {
 		r.logf("the failover-hold could not be released (%v); it lapses at its ttl", err)
 	}
 	lostErr := r.lostErr()
+	r.lostStage = r.stage()
 	if fileExists(marker) {
 		r.logf("the DDL boundary had been passed: the schema of %s may be partly changed", r.f.instance)
 		r.logf("STOP: a person must verify the schema before any retry. Do not reconnect to the new primary to finish the migration. Operation %s will not be granted again.", r.f.operationID)
@@ -435,7 +478,11 @@ func (r *runner) lost() int {
 			r.f.instance, r.f.instance, r.f.operationID, r.f.instance, r.f.operationID)
 		return r.finish(ExitLostAfterDDL, "lost-after-ddl", lostErr.Error())
 	}
-	r.logf("the DDL boundary was not reached: no schema change was started")
+	if r.lostStage == StageAwaitingCutOver {
+		r.logf("the DDL boundary was not reached: the tool's cut-over was waiting and nothing was cut over; what the tool built (its shadow table, triggers) stays until a run under its own authority removes it")
+	} else {
+		r.logf("the DDL boundary was not reached: no schema change was started")
+	}
 	if r.f.onAbort == "" {
 		r.logf("no --on-abort command given: nothing to clean up")
 		return r.finish(ExitLostBeforeDDL, "lost-before-ddl", lostErr.Error())
@@ -454,7 +501,7 @@ func (r *runner) lost() int {
 // SIGTERM, SIGKILL --grace later, and the abort counts as failed. Whatever
 // it leaves running in its group is stopped when it ends.
 func (r *runner) runAbort(lostErr error) error {
-	env := append(r.childEnv(), EnvLostCause+"="+lostCause(lostErr))
+	env := append(r.childEnv(), EnvLostCause+"="+lostCause(lostErr), EnvLostStage+"="+r.lostStage)
 	c, err := startChild([]string{"/bin/sh", "-c", r.f.onAbort}, env, nil, r.stdout, r.stderr, r.logf)
 	if err != nil {
 		return fmt.Errorf("could not start: %w", err)
@@ -489,7 +536,7 @@ func (r *runner) finish(code int, result, detail string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rec := outcome{Group: r.f.group, Namespace: r.sess.Namespace(), Instance: r.f.instance, OperationID: r.f.operationID,
-		TopologyGeneration: r.sess.Generation(), Outcome: result, Detail: detail, At: r.clk.Now().UTC().Format(time.RFC3339Nano)}
+		TopologyGeneration: r.sess.Generation(), Outcome: result, Detail: detail, LostStage: r.lostStage, At: r.clk.Now().UTC().Format(time.RFC3339Nano)}
 	if r.exitCode >= 0 {
 		code := r.exitCode
 		rec.CommandExitCode = &code

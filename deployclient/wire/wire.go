@@ -120,6 +120,22 @@ type Group struct {
 	Leases             []ListedLease `json:"leases"`
 	// Admission is present only while a deferral budget runs.
 	Admission *Admission `json:"admission,omitempty"`
+	// CutOver is the group's side of an online schema change's cut-over:
+	// whether it is allowed now and, when not, why.
+	CutOver CutOver `json:"cutOver"`
+}
+
+// CutOver says whether the group allows an online schema change to cut
+// over now (docs/online-schema-change.md). Reason is empty when Allowed,
+// else PlannedOperationDue, PlannedOperationPending or GroupUnstable;
+// MarginSeconds is the margin "due" was judged by. A run also needs its
+// grant generation to be the group's and its confirmed lease deadline to
+// leave its own margin: `bloodraven-deploy cut-over` checks both.
+type CutOver struct {
+	Allowed       bool   `json:"allowed"`
+	Reason        string `json:"reason"`
+	Message       string `json:"message"`
+	MarginSeconds int64  `json:"marginSeconds"`
 }
 
 // Health is the group's health block.
