@@ -2,7 +2,7 @@ package deployclient
 
 import (
 	"context"
-		"fmt"
+	"fmt"
 	"time"
 
 	"github.com/shipstream/bloodraven/deployclient/wire"

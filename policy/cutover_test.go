@@ -31,8 +31,8 @@ func TestTheGroupAllowsACutOverOnlyWhenNothingCanMoveThePrimary(t *testing.T) {
 		message string
 	}{
 		"a stable group with nothing planned allows it": {},
-		"a completed planned failover is history":        {mutate: fs(planned(bloodravenv1alpha1.PlannedFailoverPhaseCompleted))},
-		"a failed planned failover is history":           {mutate: fs(planned(bloodravenv1alpha1.PlannedFailoverPhaseFailed))},
+		"a completed planned failover is history":       {mutate: fs(planned(bloodravenv1alpha1.PlannedFailoverPhaseCompleted))},
+		"a failed planned failover is history":          {mutate: fs(planned(bloodravenv1alpha1.PlannedFailoverPhaseFailed))},
 		"a planned failover Admitting is pending": {mutate: fs(planned(bloodravenv1alpha1.PlannedFailoverPhaseAdmitting)),
 			reason: CutOverPlannedOperationPending, message: `PlannedFailover "req-42" is Admitting`},
 		"a planned failover Deferred by a hold is pending": {mutate: fs(planned(bloodravenv1alpha1.PlannedFailoverPhaseDeferred)),
