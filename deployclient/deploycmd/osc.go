@@ -31,8 +31,8 @@ const (
 	// online schema change's copy. Nothing but the tool's own objects
 	// changed.
 	StageCopy = "pre-ddl"
-	// StageAwaitingCutOver: the tool's copy was complete and its cut-over
-	// was waiting to be allowed; nothing was cut over.
+	// StageAwaitingCutOver: the tool's copy was complete and it had asked
+	// to cut over (or was postponing); nothing was cut over.
 	StageAwaitingCutOver = "awaiting-cut-over"
 	// StageDDL: at or after the DDL boundary (the cut-over was allowed).
 	StageDDL = "ddl"
@@ -50,9 +50,9 @@ const DefaultCutOverBudget = 10 * time.Second
 // oscState is a run's online-schema-change state.
 type oscState struct {
 	mu sync.Mutex
-	// waiting counts cut-over requests waiting to be allowed; postponing
-	// says the tool announced it waits on the postpone file.
-	waiting    int
+	// asked: the tool asked to cut over (its copy was complete);
+	// postponing: it announced it waits on the postpone file.
+	asked      bool
 	postponing bool
 	ready      chan struct{} // closed by the first postponing request
 	readyOnce  sync.Once
@@ -65,7 +65,7 @@ func (r *runner) stage() string {
 	}
 	r.osc.mu.Lock()
 	defer r.osc.mu.Unlock()
-	if r.osc.waiting > 0 || r.osc.postponing {
+	if r.osc.asked || r.osc.postponing {
 		return StageAwaitingCutOver
 	}
 	return StageCopy
@@ -118,13 +118,8 @@ func (r *runner) cutOver(ctx context.Context, budget, timeout time.Duration) err
 		return fmt.Errorf("--budget %s is more than half the run's ttl (%s): the leases' deadline could never leave it; raise the run's --ttl or lower --budget", budget, r.sess.TTL())
 	}
 	r.osc.mu.Lock()
-	r.osc.waiting++
+	r.osc.asked = true
 	r.osc.mu.Unlock()
-	defer func() {
-		r.osc.mu.Lock()
-		r.osc.waiting--
-		r.osc.mu.Unlock()
-	}()
 	r.logf("the tool asks to cut over (budget %s, waiting up to %s)", budget, timeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
