@@ -335,7 +335,7 @@ E2E_GO_TEST = $(GO) test -json -race -count=1 -timeout 30m -parallel $(E2E_PARAL
 NODE_GO_TEST = $(GO) test -json -race -count=1 -timeout 20m ./e2e/node
 
 .PHONY: test
-test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) $(THIRD_PARTY_CRDS) node-tools mariadb lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, the node suite on a real single-node Kubernetes, a short fuzz run of the decoders, then a smoke run of the benchmark (make bench gives its tables).
+test: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) $(HELM) $(RULECHECK) $(THIRD_PARTY_CRDS) node-tools mariadb percona-toolkit lint ## Lint, every unit, envtest and e2e test with -race against a real kube-apiserver + etcd, the node suite on a real single-node Kubernetes, a short fuzz run of the decoders, then a smoke run of the benchmark (make bench gives its tables).
 	@# The e2e package runs after the others, alone: its latency comparison
 	@# (the hostile tenant's, quiet against attacked renewals) must not share
 	@# this machine's cores with another package's tests.
@@ -358,7 +358,7 @@ soak: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb ## The long soak: 20 deploy r
 SOAK_DURATION ?= 5m
 
 .PHONY: e2e
-e2e: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb ## Only the end-to-end and fault suite (./e2e/...: the binaries, real MariaDB, faults, the soak); make test runs it too.
+e2e: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb percona-toolkit ## Only the end-to-end and fault suite (./e2e/...: the binaries, real MariaDB, faults, the soak); make test runs it too.
 	$(GO) test -race -count=1 -timeout 30m -parallel $(E2E_PARALLEL) ./e2e/... -v
 
 # The e2e package exactly as make test runs it, E2E_RUNS times in a row,
@@ -366,7 +366,7 @@ e2e: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb ## Only the end-to-end and fau
 E2E_RUNS ?= 10
 
 .PHONY: e2e-repeat
-e2e-repeat: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb ## The e2e package as make test runs it, E2E_RUNS (10) times in a row; stops at the first failure.
+e2e-repeat: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) mariadb percona-toolkit ## The e2e package as make test runs it, E2E_RUNS (10) times in a row; stops at the first failure.
 	$(GO) build -o $(ROOT)/bin/testreport ./hack/testreport
 	@for i in $$(seq 1 $(E2E_RUNS)); do \
 		start=$$(date +%s); \
@@ -438,6 +438,17 @@ mariadb: ## Install MariaDB (the playground's sites, the driver's integration te
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server; \
 		else \
 			echo "mariadbd is missing: run 'sudo apt-get install -y mariadb-server', then make dev again"; exit 1; \
+		fi; \
+	fi
+
+.PHONY: percona-toolkit
+percona-toolkit: ## Install pt-online-schema-change (the online-schema-change tests run it) if it is missing.
+	@if ! command -v pt-online-schema-change >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo ">> installing percona-toolkit (Debian package)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq percona-toolkit; \
+		else \
+			echo "pt-online-schema-change is missing: run 'sudo apt-get install -y percona-toolkit', then make test again"; exit 1; \
 		fi; \
 	fi
 

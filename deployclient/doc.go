@@ -66,7 +66,13 @@
 //     token and released; except a migration lease that is or may be
 //     another runner's (seen live, or re-granted with 200), which is renewed
 //     to 120 s and left to lapse, so that no third operation starts beside a
-//     command that may still run.
+//     command that may still run;
+//   - judges an online schema change's cut-over (DecideCutOver, pure:
+//     the grant's generation, the observation's cutOver block, any
+//     deferral budget and the leases' earliest confirmed deadline against
+//     the tool's budget); WaitCutOver waits until it is allowed, returns
+//     the loss as soon as a lease is lost, and marks nothing: the caller
+//     marks the boundary (MarkDDL) at once (docs/online-schema-change.md).
 //
 // Every time read and timer goes through SessionConfig.Clock (default
 // RealClock).

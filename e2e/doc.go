@@ -62,6 +62,19 @@
 //     and the victim's p99 under the flood stays within 2x its quiet p99;
 //   - verification covers one tenure (issue 35): a verified operation id
 //     re-run past `mark-ddl` and killed -9 again gates the instance again;
+//   - online schema changes (issue 40) with the real
+//     pt-online-schema-change and the recipe in examples/online-schema-change:
+//     iad's host lost mid-copy (the tool's path black-holed by a fault proxy,
+//     mariadbd killed): the run exits 4 at stage pre-ddl, no gate, the table
+//     unchanged on pdx, the leftovers stay until the next run drops the
+//     triggers, then the shadow table, and cuts over; a planned failover
+//     requested mid-copy keeps the cut-over waiting (PlannedOperationPending)
+//     until the deferral budget ends the hold (exit 4 at awaiting-cut-over),
+//     and the next run cuts over once it is safe: the schema changed exactly
+//     once. Rows written throughout, none lost or duplicated; @@read_only
+//     sampled every 100 ms. gh-ost's postpone file with a stand-in for
+//     gh-ost (e2e/testdata/gh-ost-standin): the file stays while a planned
+//     failover is pending and goes once it is withdrawn;
 //   - the soak (package e2e/soak): 20 `deploy run` clients, each with its
 //     own group, renewing for 80 s in `make test` and 5 minutes in
 //     `make soak`: every run succeeds, no 5xx, no refused renewal, the

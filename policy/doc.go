@@ -15,4 +15,11 @@
 // and DecideGrant's GroupView.DeferralBudgetSpent (409
 // deferral_budget_exhausted, after 403 and before 423). The controller and
 // the deployment API feed them; no emergency path reads them.
+//
+// CutOver is the group's side of an online schema change's cut-over
+// (docs/online-schema-change.md): no planned operation due within the
+// margin, none in flight or reserving the group, the group stable. The
+// deployment API's observation and `kubectl bloodraven status` show it;
+// the run's side (its generation, its leases' deadline) is decided in the
+// client module (deployclient.DecideCutOver), which cannot import this one.
 package policy

@@ -66,6 +66,16 @@
 //     is authorized in more than one namespace) exits 8 and says that
 //     --namespace settles it.
 //   - Nothing secret is printed: not the bearer token, not a lease token.
+//   - Online schema changes (osc.go, docs/online-schema-change.md): the
+//     boundary is the tool's cut-over. `cut-over` (its cut-over hook)
+//     returns 0 only once cutting over is safe (deployclient.DecideCutOver)
+//     and the boundary is confirmed; 4 when authority is lost while it
+//     waits, 1 at its --timeout, 2 outside a run. With
+//     --postpone-flag-file the run creates gh-ost's flag file before
+//     COMMAND, and once COMMAND ran `postponing` removes it only while a
+//     cut-over is safe (the boundary confirmed first) and puts it back when
+//     it is not. A loss before the boundary says its stage (pre-ddl or
+//     awaiting-cut-over) in the outcome and to --on-abort.
 //
 // COMMAND runs in its own process group, so it should not read from a
 // terminal (a background group that does is stopped by SIGTTIN); its stdin,

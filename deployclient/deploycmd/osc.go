@@ -43,6 +43,11 @@ const (
 // boundary).
 const EnvLostStage = "BLOODRAVEN_LOST_STAGE"
 
+// EnvPostponeFlagFile is given to the command of a run with
+// --postpone-flag-file: the file's path, for gh-ost's
+// --postpone-cut-over-flag-file.
+const EnvPostponeFlagFile = "BLOODRAVEN_POSTPONE_FLAG_FILE"
+
 // DefaultCutOverBudget is the default of `cut-over --budget` and `run
 // --cut-over-budget`: how long a tool's cut-over may take.
 const DefaultCutOverBudget = 10 * time.Second

@@ -53,7 +53,7 @@ func TestThePostponeFileIsRemovedOnlyWhileACutOverIsSafe(t *testing.T) {
 	args := append([]string{"run"}, conn...)
 	args = append(args, "--group", "g", "--instance", "db", "--ttl", "6", "--postpone-flag-file", postpone, "--cut-over-budget", "1s",
 		"--outcome-file", outcomeFile, "--", "sh", "-c",
-		`test -e "$1" || { echo "no postpone file at the start" >&2; exit 9; }; "$0" postponing || exit 8; while [ ! -e "$2" ]; do sleep 0.05; done`,
+		`test -e "$1" && test "$BLOODRAVEN_POSTPONE_FLAG_FILE" = "$1" || { echo "no postpone file at the start" >&2; exit 9; }; "$0" postponing || exit 8; while [ ! -e "$2" ]; do sleep 0.05; done`,
 		os.Args[0], postpone, latch)
 	var stdout, stderr syncBuilder
 	exited := make(chan int, 1)

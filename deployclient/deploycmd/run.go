@@ -308,6 +308,9 @@ func (r *runner) run(command []string, stdin io.Reader, stdout, stderr io.Writer
 		go r.postpone(cctx)
 	}
 	env := append(r.childEnv(), EnvDDLMarker+"="+r.marker, EnvControl+"="+filepath.Join(r.dir, "control"))
+	if r.f.postponeFile != "" {
+		env = append(env, EnvPostponeFlagFile+"="+r.f.postponeFile)
+	}
 	c, err := startChild(command, env, stdin, stdout, stderr, r.logf)
 	if err != nil {
 		r.logf("could not start %q: %v", commandLine(command), err)

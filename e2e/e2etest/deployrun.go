@@ -31,11 +31,18 @@ type DeployRun struct {
 // --instance, --ttl, ...) and command.
 func StartDeployRun(t *testing.T, p *devenv.Playground, cfg devenv.Config, flags []string, command ...string) *DeployRun {
 	t.Helper()
+	return StartDeployRunEnv(t, p, cfg, nil, flags, command...)
+}
+
+// StartDeployRunEnv is StartDeployRun with env (KEY=value) added to the
+// run's environment, which its command inherits.
+func StartDeployRunEnv(t *testing.T, p *devenv.Playground, cfg devenv.Config, env, flags []string, command ...string) *DeployRun {
+	t.Helper()
 	r := &DeployRun{Outcome: filepath.Join(t.TempDir(), "outcome.json"), done: make(chan struct{})}
 	args := append([]string{"deploy", "run", "--server", "https://" + cfg.TLSAddr, "--ca", p.Paths.CACert,
 		"--token-file", p.Paths.DeployToken, "--outcome-file", r.Outcome}, flags...)
 	r.cmd = exec.Command(cfg.OperatorBinary, append(append(args, "--"), command...)...)
-	r.cmd.Env = append(os.Environ(), "TMPDIR="+testenv.ShortTempDir(t))
+	r.cmd.Env = append(append(os.Environ(), "TMPDIR="+testenv.ShortTempDir(t)), env...)
 	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
