@@ -18,6 +18,8 @@
 #   OSC_PT_FLAGS       more pt-online-schema-change flags (throttling: --sleep,
 #                      --chunk-size, --max-load); optional
 #   BLOODRAVEN_DEPLOY  how to call the CLI; default bloodraven-deploy
+#   BLOODRAVEN_CUT_OVER_FLAGS  flags for `bloodraven-deploy cut-over`, e.g.
+#                      "--budget 20s --timeout 2h"; optional
 #   MYSQL              the client; default mysql
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
