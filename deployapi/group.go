@@ -43,7 +43,7 @@ func (s *Server) getGroup(r *http.Request, _ *call, g *bloodravenv1alpha1.MysqlF
 		}
 	}
 	v := policy.CutOver(st, s.clock.Now(), policy.DefaultCutOverMargin)
-	out.CutOver = wire.CutOver{Allowed: v.Allowed, Reason: v.Reason, Message: v.Message, MarginSeconds: int64(policy.DefaultCutOverMargin / time.Second)}
+	out.CutOver = &wire.CutOver{Allowed: v.Allowed, Reason: v.Reason, Message: v.Message, MarginSeconds: int64(policy.DefaultCutOverMargin / time.Second)}
 	for _, rec := range leases.Effective(recs, string(g.UID), s.clock.Now()) {
 		out.Leases = append(out.Leases, wire.ListedLease{Kind: string(rec.Kind), OperationID: rec.OperationID, Instance: rec.Instance,
 			ExpiresAt: formatTime(rec.ExpiresAt), TopologyGeneration: rec.Generation})

@@ -62,14 +62,17 @@ func DecideCutOver(in CutOverInput) CutOverDecision {
 		return CutOverDecision{Reason: CutOverGenerationMoved, Message: fmt.Sprintf(
 			"the group is at topology generation %d, the run was granted at %d: the primary moved", g.TopologyGeneration, in.GrantGeneration)}
 	}
-	co := g.CutOver
-	switch {
-	case co.Reason != "":
-		return CutOverDecision{Reason: co.Reason, Message: co.Message}
-	case !co.Allowed && co.MarginSeconds == 0 && !g.Stable:
+	switch co := g.CutOver; {
+	case co == nil && !g.Stable:
 		// An operator older than cut-overs sends no cutOver block: the
 		// group's stability is all it says.
 		return CutOverDecision{Reason: CutOverGroupUnstable, Message: "the group is not stable: " + g.UnstableReason}
+	case co != nil && !co.Allowed:
+		reason := co.Reason
+		if reason == "" {
+			reason = CutOverGroupUnstable
+		}
+		return CutOverDecision{Reason: reason, Message: co.Message}
 	}
 	if a := g.Admission; a != nil {
 		if at, err := time.Parse(time.RFC3339Nano, a.BudgetExhaustsAt); err == nil && at.Sub(in.Now) < in.Budget {

@@ -9,7 +9,7 @@ import (
 func TestACutOverIsDecidedOnTheGenerationTheGroupAndTheDeadline(t *testing.T) {
 	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
 	allowed := func() *Group {
-		return &Group{TopologyGeneration: 7, Stable: true, CutOver: CutOver{Allowed: true, MarginSeconds: 10}}
+		return &Group{TopologyGeneration: 7, Stable: true, CutOver: &CutOver{Allowed: true, MarginSeconds: 10}}
 	}
 	tests := map[string]struct {
 		group    func(*Group)
@@ -21,10 +21,10 @@ func TestACutOverIsDecidedOnTheGenerationTheGroupAndTheDeadline(t *testing.T) {
 		"a stable group at the grant's generation with time left allows it": {deadline: 25 * time.Second},
 		"a moved generation refuses it first": {group: func(g *Group) {
 			g.TopologyGeneration = 8
-			g.CutOver = CutOver{Reason: CutOverGroupUnstable, Message: "the group is not stable: TopologyTransition"}
+			g.CutOver = &CutOver{Reason: CutOverGroupUnstable, Message: "the group is not stable: TopologyTransition"}
 		}, deadline: 25 * time.Second, reason: CutOverGenerationMoved, message: "generation 8, the run was granted at 7"},
 		"the group's refusal is the run's": {group: func(g *Group) {
-			g.CutOver = CutOver{Reason: CutOverPlannedOperationPending, Message: `PlannedFailover "req-1" is Deferred (DeploymentHold)`, MarginSeconds: 10}
+			g.CutOver = &CutOver{Reason: CutOverPlannedOperationPending, Message: `PlannedFailover "req-1" is Deferred (DeploymentHold)`, MarginSeconds: 10}
 		}, deadline: 25 * time.Second, reason: CutOverPlannedOperationPending, message: "Deferred"},
 		"a deferral budget within the run's own budget is due": {group: func(g *Group) {
 			g.Admission = &Admission{Operation: "PlannedFailover", ID: "req-1", BudgetExhaustsAt: now.Add(20 * time.Second).Format(time.RFC3339Nano)}
@@ -35,9 +35,11 @@ func TestACutOverIsDecidedOnTheGenerationTheGroupAndTheDeadline(t *testing.T) {
 		"a deadline closer than the budget refuses it": {deadline: 29 * time.Second, budget: 30 * time.Second, reason: CutOverDeadlineTooClose, message: "less than the cut-over budget 30s"},
 		"a deadline already passed refuses it":         {deadline: -time.Second, reason: CutOverDeadlineTooClose, message: "0s away"},
 		"an older operator's unstable group refuses it": {group: func(g *Group) {
-			g.CutOver, g.Stable, g.UnstableReason = CutOver{}, false, "PlannedFailoverDeferred"
+			g.CutOver, g.Stable, g.UnstableReason = nil, false, "PlannedFailoverDeferred"
 		}, deadline: 25 * time.Second, reason: CutOverGroupUnstable, message: "PlannedFailoverDeferred"},
-		"an older operator's stable group allows it": {group: func(g *Group) { g.CutOver = CutOver{} }, deadline: 25 * time.Second},
+		"an older operator's stable group allows it": {group: func(g *Group) { g.CutOver = nil }, deadline: 25 * time.Second},
+		"a refusal without a reason is still a refusal": {group: func(g *Group) { g.CutOver = &CutOver{Message: "?"} },
+			deadline: 25 * time.Second, reason: CutOverGroupUnstable},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

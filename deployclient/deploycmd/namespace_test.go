@@ -324,7 +324,8 @@ func TestStatusJSONKeepsEveryMemberTheServerSent(t *testing.T) {
 		`"health":{"ready":true,"degradedReason":"","replicationRunning":true,"replicationLagSeconds":0.5,"recoveryPending":false},` +
 		`"operations":{"plannedFailover":{"phase":"Deferred","reason":"held"},"updatePhase":"","restoreInPlace":"","dragonflyUpgrade":""},` +
 		`"stable":false,"unstableReason":"PlannedFailover","leases":[{"kind":"migration","operationId":"op","instance":"db","expiresAt":"2026-12-01T00:00:30Z","topologyGeneration":3}],` +
-		`"admission":{"operation":"PlannedFailover","id":"req-7","budgetExhaustsAt":"2026-12-01T00:10:00Z"}}`
+		`"admission":{"operation":"PlannedFailover","id":"req-7","budgetExhaustsAt":"2026-12-01T00:10:00Z"},` +
+		`"cutOver":{"allowed":false,"reason":"PlannedOperationPending","message":"PlannedFailover \"req-7\" is Deferred (held)","marginSeconds":10}}`
 	conn, _ := serveCLIHandler(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(sent))

@@ -76,9 +76,11 @@ func status(conn connFlags, group, output string, stdout, stderr io.Writer) int 
 	fmt.Fprintln(w, "PLANNED FAILOVER\tREASON\tUPDATE\tRESTORE IN PLACE\tDRAGONFLY UPGRADE")
 	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", dash(op.PlannedFailover.Phase), dash(op.PlannedFailover.Reason), dash(op.UpdatePhase), dash(op.RestoreInPlace), dash(op.DragonflyUpgrade))
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "CUT-OVER ALLOWED\tREASON\tMESSAGE")
-	fmt.Fprintf(w, "%t\t%s\t%s\n", g.CutOver.Allowed, dash(g.CutOver.Reason), dash(g.CutOver.Message))
-	fmt.Fprintln(w)
+	if co := g.CutOver; co != nil {
+		fmt.Fprintln(w, "CUT-OVER ALLOWED\tREASON\tMESSAGE")
+		fmt.Fprintf(w, "%t\t%s\t%s\n", co.Allowed, dash(co.Reason), dash(co.Message))
+		fmt.Fprintln(w)
+	}
 	if len(g.Leases) == 0 {
 		fmt.Fprintln(w, "no live leases")
 	} else {

@@ -121,8 +121,9 @@ type Group struct {
 	// Admission is present only while a deferral budget runs.
 	Admission *Admission `json:"admission,omitempty"`
 	// CutOver is the group's side of an online schema change's cut-over:
-	// whether it is allowed now and, when not, why.
-	CutOver CutOver `json:"cutOver"`
+	// whether it is allowed now and, when not, why. The operator always
+	// sends it; nil means an operator older than cut-overs.
+	CutOver *CutOver `json:"cutOver,omitempty"`
 }
 
 // CutOver says whether the group allows an online schema change to cut
