@@ -161,6 +161,18 @@ func leftovers(t *testing.T, site *oscSite) []string {
 	return out
 }
 
+// expectCutOver checks that the table on site has the new column and that
+// nothing of the tool is left beside it.
+func expectCutOver(t *testing.T, site *oscSite) {
+	t.Helper()
+	if cols := columns(t, site, oscTable); !slices.Equal(cols, []string{"id", "v", "note"}) {
+		t.Fatalf("columns on %s after the cut-over: %v, want [id v note]", site.name, cols)
+	}
+	if left := leftovers(t, site); len(left) != 0 {
+		t.Fatalf("left on %s after the cut-over: %v", site.name, left)
+	}
+}
+
 // rowWriter inserts rows with ids from writtenFrom, one at a time, into
 // the table on whichever site the group says is the primary. An insert
 // whose answer was lost is retried with the same id; a duplicate-key
@@ -401,12 +413,7 @@ func TestAnEmergencyFailoverDuringAnOnlineSchemaChangesCopyNeedsNoVerification(t
 		}
 	}
 	t.Logf("the shadow table was dropped %v after the promotion (the next run's clean-up)", gone.Sub(promoted).Round(100*time.Millisecond))
-	if cols := columns(t, pdx, oscTable); !slices.Equal(cols, []string{"id", "v", "note"}) {
-		t.Fatalf("columns after the next run: %v, want [id v note]", cols)
-	}
-	if left := leftovers(t, pdx); len(left) != 0 {
-		t.Fatalf("left on pdx after the next run: %v", left)
-	}
+	expectCutOver(t, pdx)
 	w.check(t, pdx, seeded)
 	ro.Stop()
 	assertNoSplitBrain(t, ro, from, restarted)
@@ -477,12 +484,7 @@ func TestACutOverWaitsWhileAPlannedFailoverIsPending(t *testing.T) {
 	if n := strings.Count(run.Output()+next.Output(), "Successfully altered"); n != 1 || !strings.Contains(next.Output(), "cut-over allowed") {
 		t.Fatalf("%d successful alterations, want exactly 1 (the next run's):\n%s\n%s", n, run.Output(), next.Output())
 	}
-	if cols := columns(t, pdx, oscTable); !slices.Equal(cols, []string{"id", "v", "note"}) {
-		t.Fatalf("columns after the cut-over: %v, want [id v note]", cols)
-	}
-	if left := leftovers(t, pdx); len(left) != 0 {
-		t.Fatalf("left on pdx after the cut-over: %v", left)
-	}
+	expectCutOver(t, pdx)
 	w.check(t, pdx, seeded)
 	ro.Stop()
 	assertNoSplitBrain(t, ro, from, time.Now())
@@ -543,11 +545,6 @@ func TestThePostponeFileHoldsAGhostCutOverUntilItIsSafe(t *testing.T) {
 			t.Errorf("the run's output lacks %q:\n%s", want, run.Output())
 		}
 	}
-	if cols := columns(t, sites["iad"], oscTable); !slices.Equal(cols, []string{"id", "v", "note"}) {
-		t.Fatalf("columns after the cut-over: %v, want [id v note]", cols)
-	}
-	if left := leftovers(t, sites["iad"]); len(left) != 0 {
-		t.Fatalf("left after the cut-over: %v", left)
-	}
+	expectCutOver(t, sites["iad"])
 	waitRuns(t, admin, map[string]runWant{"ghost-1": {outcome: "succeeded", phase: "done", leaseEnd: "released", granted: 1}})
 }
