@@ -506,7 +506,7 @@ func TestACutOverWaitsWhileAPlannedFailoverIsPending(t *testing.T) {
 func TestThePostponeFileHoldsAGhostCutOverUntilItIsSafe(t *testing.T) {
 	t.Parallel() // it waits far more than it computes (e2e/doc.go, "Phases")
 	p, cfg := upPlayground(t)
-	admin, key, g := bootstrapped(t, p)
+	admin, key, _ := bootstrapped(t, p)
 	ctx := context.Background()
 	sites := prepareOSC(t, p, 500)
 	postpone := filepath.Join(t.TempDir(), "ghost.postpone")
@@ -533,7 +533,7 @@ func TestThePostponeFileHoldsAGhostCutOverUntilItIsSafe(t *testing.T) {
 		t.Fatalf("columns while the cut-over is postponed: %v", cols)
 	}
 	// The person withdraws the planned failover: the group is stable again.
-	g = getGroup(t, admin, key)
+	g := getGroup(t, admin, key)
 	patch := client.MergeFrom(g.DeepCopy())
 	g.Spec.PlannedFailover = nil
 	if err := admin.Patch(ctx, g, patch); err != nil {
