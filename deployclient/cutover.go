@@ -15,9 +15,9 @@ type CutOver = wire.CutOver
 // Reasons a cut-over is refused. The group's reasons come from the
 // observation (docs/online-schema-change.md); the run adds its own two.
 const (
-	CutOverPlannedOperationDue     = "PlannedOperationDue"
-	CutOverPlannedOperationPending = "PlannedOperationPending"
-	CutOverGroupUnstable           = "GroupUnstable"
+	CutOverPlannedOperationDue     = wire.CutOverPlannedOperationDue
+	CutOverPlannedOperationPending = wire.CutOverPlannedOperationPending
+	CutOverGroupUnstable           = wire.CutOverGroupUnstable
 	// CutOverGenerationMoved: the group's generation is not the one the
 	// run was granted at: the primary moved, and the run's authority with it.
 	CutOverGenerationMoved = "GenerationMoved"

@@ -342,7 +342,10 @@ func TestAnEmergencyFailoverDuringAnOnlineSchemaChangesCopyNeedsNoVerification(t
 	// About 30 s of copy: 60 chunks of 100 rows, 0.5 s apart.
 	run := oscRun(t, p, cfg, viaProxy, "osc-a-1", "--chunk-size 100 --sleep 0.5")
 	waitOutput(t, run, 60*time.Second, "Copying approximately")
-	time.Sleep(2 * time.Second)
+	waitFor(t, 30*time.Second, func() bool { // well into the copy
+		var n int
+		return sites["iad"].db.QueryRow("SELECT COUNT(*) FROM _"+oscTable+"_new").Scan(&n) == nil && n >= 300
+	})
 
 	// The writer pauses while pdx catches up (asynchronous replication
 	// loses what it had not shipped when a primary dies; not what this

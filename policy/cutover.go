@@ -5,6 +5,7 @@ import (
 	"time"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
+	"github.com/shipstream/bloodraven/deployclient/wire"
 )
 
 // Reasons the group refuses an online schema change's cut-over now, in the
@@ -15,21 +16,21 @@ const (
 	// CutOverPlannedOperationDue: a planned operation's deferral budget
 	// runs out within the margin; it will then proceed whatever the holds
 	// say, revoking them.
-	CutOverPlannedOperationDue = "PlannedOperationDue"
+	CutOverPlannedOperationDue = wire.CutOverPlannedOperationDue
 	// CutOverPlannedOperationPending: a planned operation is in flight
 	// (Admitting, Deferred, Promoting, ...) or has reserved the group: a
 	// person asked to move the primary, and a cut-over now would race it.
-	CutOverPlannedOperationPending = "PlannedOperationPending"
+	CutOverPlannedOperationPending = wire.CutOverPlannedOperationPending
 	// CutOverGroupUnstable: the group is not stable for another cause (a
 	// transition, Degraded, SplitBrain, NoPrimary, recovery pending,
 	// replication stopped, automatic failover held); the message names it.
-	CutOverGroupUnstable = "GroupUnstable"
+	CutOverGroupUnstable = wire.CutOverGroupUnstable
 )
 
 // DefaultCutOverMargin is the margin the observation judges "due within a
 // margin" by: `bloodraven-deploy cut-over`'s default --budget, the time a
 // tool's cut-over may take.
-const DefaultCutOverMargin = 10 * time.Second
+const DefaultCutOverMargin = wire.DefaultCutOverMargin
 
 // CutOverVerdict is whether the group allows an online schema change to
 // cut over now and, when not, the first reason and a message for people.

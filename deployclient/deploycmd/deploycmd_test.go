@@ -2,6 +2,7 @@ package deploycmd
 
 import (
 	"errors"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -76,7 +77,7 @@ func TestTheCutOverHooksOutsideARunFailClearly(t *testing.T) {
 		"postponing outside a run":            {[]string{"postponing"}, "run this inside 'bloodraven deploy run --postpone-flag-file"},
 		"cut-over with a zero budget":         {[]string{"cut-over", "--budget", "0s"}, "must be positive"},
 		"a postpone file in a missing folder": {[]string{"run", "--group", "g", "--instance", "i", "--postpone-flag-file", "/nonexistent/dir/postpone", "--", "true"}, "its directory does not exist"},
-		"a cut-over budget past half the ttl": {[]string{"run", "--group", "g", "--instance", "i", "--ttl", "30", "--postpone-flag-file", "/tmp/p", "--cut-over-budget", "16s", "--", "true"}, "at most half the ttl"},
+		"a cut-over budget past half the ttl": {[]string{"run", "--group", "g", "--instance", "i", "--ttl", "30", "--postpone-flag-file", filepath.Join(t.TempDir(), "postpone"), "--cut-over-budget", "16s", "--", "true"}, "at most half the ttl"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var out, errb strings.Builder

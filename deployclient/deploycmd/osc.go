@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shipstream/bloodraven/deployclient"
+	"github.com/shipstream/bloodraven/deployclient/wire"
 )
 
 // Online schema changes (docs/online-schema-change.md): a tool such as
@@ -48,19 +49,22 @@ const EnvLostStage = "BLOODRAVEN_LOST_STAGE"
 // --postpone-cut-over-flag-file.
 const EnvPostponeFlagFile = "BLOODRAVEN_POSTPONE_FLAG_FILE"
 
+// lostWhileWaiting begins the run's answer to a cut-over request when a
+// lease was lost while it waited: `cut-over` then exits 4.
+const lostWhileWaiting = "authority lost while the cut-over waited"
+
 // DefaultCutOverBudget is the default of `cut-over --budget` and `run
 // --cut-over-budget`: how long a tool's cut-over may take.
-const DefaultCutOverBudget = 10 * time.Second
+const DefaultCutOverBudget = wire.DefaultCutOverMargin
 
 // oscState is a run's online-schema-change state.
 type oscState struct {
 	mu sync.Mutex
-	// asked: the tool asked to cut over (its copy was complete);
-	// postponing: it announced it waits on the postpone file.
-	asked      bool
-	postponing bool
-	ready      chan struct{} // closed by the first postponing request
-	readyOnce  sync.Once
+	// asked: the tool's copy is complete and it asked to cut over (or
+	// announced it waits on the postpone file).
+	asked     bool
+	ready     chan struct{} // closed by the first postponing request
+	readyOnce sync.Once
 }
 
 // stage is the stage of the run now, given whether the DDL marker exists.
@@ -70,7 +74,7 @@ func (r *runner) stage() string {
 	}
 	r.osc.mu.Lock()
 	defer r.osc.mu.Unlock()
-	if r.osc.asked || r.osc.postponing {
+	if r.osc.asked {
 		return StageAwaitingCutOver
 	}
 	return StageCopy
@@ -100,7 +104,7 @@ func (r *runner) answer(ctx context.Context, request string) (string, error) {
 			return "", errors.New("this run has no --postpone-flag-file: nothing waits on a postpone file")
 		}
 		r.osc.mu.Lock()
-		r.osc.postponing = true
+		r.osc.asked = true
 		r.osc.mu.Unlock()
 		r.osc.readyOnce.Do(func() { close(r.osc.ready) })
 		r.logf("the tool's copy is complete and it postpones its cut-over on %s: the file is removed once cutting over is safe", r.f.postponeFile)
@@ -137,8 +141,8 @@ func (r *runner) cutOver(ctx context.Context, budget, timeout time.Duration) err
 		r.logf("%v: the tool must not cut over", err)
 		return err
 	case err != nil:
-		r.logf("authority lost while the cut-over waited: %v", err)
-		return fmt.Errorf("authority lost while the cut-over waited: %w", err)
+		r.logf("%s: %v", lostWhileWaiting, err)
+		return fmt.Errorf("%s: %w", lostWhileWaiting, err)
 	}
 	if _, err := r.markBoundary(ctx); err != nil {
 		return err
@@ -252,7 +256,7 @@ abort before its cut-over.`,
 			fmt.Fprintf(stderr, "bloodraven deploy cut-over: waiting until cutting over is safe (budget %s, at most %s)\n", budget, timeout)
 			_, err := askRun(sock, fmt.Sprintf("cut-over %d %d", budget.Milliseconds(), timeout.Milliseconds()), timeout+time.Minute)
 			switch {
-			case err != nil && strings.Contains(err.Error(), "authority lost"):
+			case err != nil && strings.HasPrefix(err.Error(), lostWhileWaiting):
 				return fail(ExitLostBeforeDDL, "%v; do not cut over", err)
 			case err != nil:
 				return fail(1, "%v; do not cut over", err)

@@ -3,6 +3,7 @@ package wire
 import (
 	"reflect"
 	"strings"
+	"time"
 )
 
 // Error codes: the "error" member of every error body (docs/api.md,
@@ -138,6 +139,19 @@ type CutOver struct {
 	Message       string `json:"message"`
 	MarginSeconds int64  `json:"marginSeconds"`
 }
+
+// The group's reasons to refuse a cut-over (CutOver.Reason), in the order
+// the operator checks them (docs/online-schema-change.md).
+const (
+	CutOverPlannedOperationDue     = "PlannedOperationDue"
+	CutOverPlannedOperationPending = "PlannedOperationPending"
+	CutOverGroupUnstable           = "GroupUnstable"
+)
+
+// DefaultCutOverMargin is how long a tool's cut-over may take unless the
+// run says otherwise (`cut-over --budget`, `run --cut-over-budget`), and
+// the margin the observation judges "due" by.
+const DefaultCutOverMargin = 10 * time.Second
 
 // Health is the group's health block.
 type Health struct {
