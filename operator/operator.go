@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -140,15 +141,30 @@ func New(mgr ctrl.Manager, cfg Config) (*Parts, error) {
 		return nil, fmt.Errorf("database controller: %w", err)
 	}
 	if d := cfg.DeployAPI; d != nil {
+		api, err := newDirectReader(mgr.GetConfig(), mgr.GetHTTPClient(), mgr.GetAPIReader())
+		if err != nil {
+			return nil, fmt.Errorf("deployment API reader: %w", err)
+		}
 		p.NewDeployAPI = func(isLeader func() bool, reg prometheus.Registerer) (*deployapi.Server, error) {
 			return deployapi.New(deployapi.Config{
 				Audience: d.Audience, IsLeader: isLeader, Clock: cfg.Clock, Kube: d.Kube,
-				API: mgr.GetAPIReader(), Databases: mgr.GetCache(), Groups: mgr.GetCache(), Informers: mgr.GetCache(),
+				API: api, Databases: mgr.GetCache(), Groups: mgr.GetCache(), Informers: mgr.GetCache(),
 				Leases: p.Leases, Log: cfg.Log, Metrics: reg, FairShare: d.FairShare,
 			})
 		}
 	}
 	return p, nil
+}
+
+// RESTConfig is cfg as the operator's clients use it: a copy that asks the
+// API server for uncompressed responses. The operator talks to the API
+// server inside the cluster, where bandwidth is cheap and CPU is not: with
+// compression, every watch event of every deployment Lease renewal is
+// gzipped by kube-apiserver and gunzipped by the operator.
+func RESTConfig(cfg *rest.Config) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.DisableCompression = true
+	return out
 }
 
 // The controller client's default limits (the binary's
@@ -159,11 +175,14 @@ const (
 )
 
 // CacheOptions is the manager's cache: deployment Leases by label, never a
-// tombstone once announced (leasestore.CacheByObject), and, when
-// namespaces are given, every informer confined to them (the namespaced
-// install: every reconcile and every proposal of the deployment API).
+// tombstone once announced (leasestore.CacheByObject), every object without
+// its managed fields (the operator never reads them; a Lease read from the
+// cache is written back without them, so the API server keeps its own and
+// neither side encodes or decodes them on a renewal), and, when namespaces
+// are given, every informer confined to them (the namespaced install: every
+// reconcile and every proposal of the deployment API).
 func CacheOptions(namespaces ...string) cache.Options {
-	opts := cache.Options{ByObject: leasestore.CacheByObject()}
+	opts := cache.Options{ByObject: leasestore.CacheByObject(), DefaultTransform: cache.TransformStripManagedFields()}
 	if len(namespaces) > 0 {
 		opts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range namespaces {

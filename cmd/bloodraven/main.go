@@ -111,10 +111,11 @@ func newLogger(z crzap.Options, w io.Writer) logr.Logger {
 
 // runManager wires the manager and its listeners and runs until ctx ends.
 func runManager(ctx context.Context, opts options, log logr.Logger) error {
-	cfg, err := ctrl.GetConfig()
+	kubeconfig, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
+	cfg := operator.RESTConfig(kubeconfig)
 	cfg.QPS = float32(opts.kubeQPS)
 	cfg.Burst = opts.kubeBurst
 	cfg.UserAgent = "bloodraven/" + Version()
@@ -163,6 +164,7 @@ func runManager(ctx context.Context, opts options, log logr.Logger) error {
 		LeaderElectionResourceLockInterface: leaderLock,
 		Scheme:                              scheme,
 		Cache:                               cacheOpts,
+		MapperProvider:                      operator.MapperProvider,
 		Metrics:                             metricsOptions(opts),
 		HealthProbeBindAddress:              opts.probeAddr,
 		WebhookServer:                       tlsServer,

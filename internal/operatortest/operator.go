@@ -31,7 +31,6 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -151,7 +150,7 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 	if opts.ProbeInterval == 0 {
 		opts.ProbeInterval = time.Second
 	}
-	cfg := rest.CopyConfig(env.Config)
+	cfg := operator.RESTConfig(env.Config)
 	cfg.QPS, cfg.Burst = 500, 1000
 	if opts.QPS > 0 {
 		cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
@@ -159,6 +158,7 @@ func Start(t testing.TB, env *testenv.Env, opts Options) *Operator {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 env.Scheme,
 		Cache:                  operator.CacheOptions(o.Namespace),
+		MapperProvider:         operator.MapperProvider,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},

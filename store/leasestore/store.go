@@ -57,13 +57,30 @@ type Store struct {
 	// OnUnverified, when set, is told once per object version of a record
 	// that did not verify (the operator logs and counts it).
 	OnUnverified Unverified
+	// decoded holds the records of the object versions read last.
+	decoded decodedRecords
 
 	unverified unverifiedSeen
 }
 
 // decode reads l's record and judges its MAC (see RecordKey): a record that
-// does not verify stands for an object that holds nothing.
+// does not verify stands for an object that holds nothing. An object
+// version (UID and resourceVersion) read before is not decoded again: a
+// renewal reads its Lease from the cache twice (to settle the namespace, then
+// to decide), and the controller's predicates and bookkeeping read the same
+// versions.
 func (s *Store) decode(l *coordinationv1.Lease) (*leases.Record, error) {
+	if rec, ok := s.decoded.get(l); ok {
+		return rec, nil
+	}
+	rec, err := s.decodeAndCheck(l)
+	if err == nil {
+		s.decoded.add(l, rec)
+	}
+	return rec, err
+}
+
+func (s *Store) decodeAndCheck(l *coordinationv1.Lease) (*leases.Record, error) {
 	rec, err := Decode(l)
 	if err != nil || s.Key == nil {
 		return rec, err
@@ -196,9 +213,11 @@ func (s *Store) Create(ctx context.Context, group *bloodravenv1alpha1.MysqlFailo
 
 // Update replaces obj's record with rec, owned by group. The write carries
 // obj's resourceVersion: it fails with the API server's Conflict error when
-// the Lease changed since obj was read.
+// the Lease changed since obj was read. It also resets the Lease's managed
+// fields (see resetManagedFields).
 func (s *Store) Update(ctx context.Context, group *bloodravenv1alpha1.MysqlFailoverGroup, obj *Object, rec leases.Record) (*Object, error) {
 	l := obj.Lease.DeepCopy()
+	l.ManagedFields = resetManagedFields()
 	if err := s.encode(l, &rec, group); err != nil {
 		return nil, err
 	}
@@ -206,6 +225,19 @@ func (s *Store) Update(ctx context.Context, group *bloodravenv1alpha1.MysqlFailo
 		return nil, fmt.Errorf("update lease %s/%s: %w", l.Namespace, l.Name, err)
 	}
 	return &Object{Lease: l, Record: &rec}, nil
+}
+
+// resetManagedFields is the managedFields of every Lease update: one empty
+// entry, which asks the API server to drop the object's managed fields. An
+// object that no one applied and whose managed fields are empty is then
+// never tracked again (the API server skips field management for it), so a
+// renewal costs no structured-merge-diff walk of the Lease, and the stored
+// object, its watch events and the operator's cache shrink by about a
+// third. Deployment Leases are written only by the operator (the lease
+// guard policy) and never server-side applied: the entries would record
+// nothing anyone can use. (The API server still records them at creation.)
+func resetManagedFields() []metav1.ManagedFieldsEntry {
+	return []metav1.ManagedFieldsEntry{{}}
 }
 
 // Put writes rec for the Lease name: a Create when obj is nil, otherwise an
