@@ -3,6 +3,7 @@ package leases
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -130,6 +131,13 @@ func (r *Record) TenureStart() time.Time {
 		return r.GrantedAt
 	}
 	return r.HeldSince
+}
+
+// Clone is a copy of r that shares nothing with it.
+func (r *Record) Clone() *Record {
+	c := *r
+	c.RevokedTokenHashes = slices.Clone(r.RevokedTokenHashes)
+	return &c
 }
 
 // BelongsTo tells whether the record was made for the group with this UID.

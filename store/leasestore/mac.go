@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/lru"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -130,6 +131,61 @@ func (u *unverifiedSeen) first(l *coordinationv1.Lease) bool {
 	}
 	u.seen.Add(k, struct{}{})
 	return true
+}
+
+// decodedRecords remembers the record decoded (and judged) for each of the
+// last object versions read, keyed by UID and resourceVersion: the API
+// server gives a new resourceVersion to every change, so one version always
+// has one record. Each caller gets its own copy.
+type decodedRecords struct {
+	mu   sync.Mutex
+	recs *lru.Cache
+}
+
+// decodedVersions is how many object versions are remembered: more than
+// the live leases of a busy operator, so a steady renewal finds its Lease.
+const decodedVersions = 4096
+
+type objectVersion struct {
+	uid             types.UID
+	resourceVersion string
+}
+
+func versionKey(l *coordinationv1.Lease) (objectVersion, bool) {
+	if l.UID == "" || l.ResourceVersion == "" {
+		return objectVersion{}, false // not read from the API server
+	}
+	return objectVersion{l.UID, l.ResourceVersion}, true
+}
+
+func (d *decodedRecords) get(l *coordinationv1.Lease) (*leases.Record, bool) {
+	k, ok := versionKey(l)
+	if !ok {
+		return nil, false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.recs == nil {
+		return nil, false
+	}
+	v, ok := d.recs.Get(k)
+	if !ok {
+		return nil, false
+	}
+	return v.(*leases.Record).Clone(), true
+}
+
+func (d *decodedRecords) add(l *coordinationv1.Lease, rec *leases.Record) {
+	k, ok := versionKey(l)
+	if !ok {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.recs == nil {
+		d.recs = lru.New(decodedVersions)
+	}
+	d.recs.Add(k, rec.Clone())
 }
 
 // unverifiedRecord is what an unverified Lease stands for: an object that

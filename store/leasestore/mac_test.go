@@ -131,3 +131,46 @@ func TestAKeyIsAtLeast32Bytes(t *testing.T) {
 		t.Fatal("a 31-byte key was accepted")
 	}
 }
+
+// The store decodes one object version once: a second read of the same UID
+// and resourceVersion gets the same record, each caller its own copy; a new
+// version, or an object not read from the API server, is decoded afresh.
+func TestOneObjectVersionIsDecodedOnceAndEachReaderGetsItsOwnRecord(t *testing.T) {
+	key, err := NewRecordKey([]byte(strings.Repeat("k", 32)), time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := &bloodravenv1alpha1.MysqlFailoverGroup{ObjectMeta: metav1.ObjectMeta{Name: "playground", Namespace: "playground", UID: "uid-1"}}
+	s := &Store{Key: key}
+	rec := &leases.Record{Group: "playground", GroupUID: "uid-1", Kind: leases.KindTombstone, OperationID: "op-1",
+		State: leases.StateRevoked, RevokedTokenHashes: []string{"a", "b"}}
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "bloodraven-tombstone-playground-op-1", Namespace: "playground",
+		UID: "lease-1", ResourceVersion: "10", CreationTimestamp: metav1.NewTime(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))}}
+	if err := s.encode(l, rec, group); err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.decode(l)
+	if err != nil || first.OperationID != "op-1" {
+		t.Fatalf("decode: %+v, %v", first, err)
+	}
+	first.OperationID, first.RevokedTokenHashes[0] = "changed", "changed"
+
+	// The same version with another annotation: the API server never
+	// serves that, so the remembered record is what comes back.
+	same := l.DeepCopy()
+	same.Annotations[RecordAnnotation] = "{not json"
+	second, err := s.decode(same)
+	if err != nil || second.OperationID != "op-1" || second.RevokedTokenHashes[0] != "a" {
+		t.Fatalf("the same version again: %+v, %v; want the first record, untouched by its reader", second, err)
+	}
+	for name, changed := range map[string]func(*coordinationv1.Lease){
+		"a new resourceVersion": func(l *coordinationv1.Lease) { l.ResourceVersion = "11" },
+		"no UID":                func(l *coordinationv1.Lease) { l.UID = "" },
+	} {
+		other := same.DeepCopy()
+		changed(other)
+		if _, err := s.decode(other); err == nil {
+			t.Errorf("%s: the broken record was not decoded afresh", name)
+		}
+	}
+}
