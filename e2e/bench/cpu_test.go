@@ -82,3 +82,12 @@ func (after cpuSample) perOp(before cpuSample, ops int) map[string]float64 {
 	out["total"] = total
 	return out
 }
+
+// minus is the CPU seconds each process used between before and after.
+func (after cpuSample) minus(before cpuSample) cpuSample {
+	out := cpuSample{}
+	for k, v := range after {
+		out[k] = v - before[k]
+	}
+	return out
+}

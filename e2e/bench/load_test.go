@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"sort"
 	"testing"
 	"time"
 )
@@ -29,7 +31,7 @@ func TestLoad(t *testing.T) {
 	rep := &Report{
 		Schema: ReportSchema, StartedAt: began.UTC(), Quick: p.Quick, GoVersion: runtime.Version(),
 		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
-		WarmupSeconds: p.Warmup.Seconds(), MeasureSeconds: p.Measure.Seconds(),
+		Rounds: p.Rounds, WarmupSeconds: p.Warmup.Seconds(), MeasureSeconds: p.Measure.Seconds(),
 		ProductTokens: "product: one fresh ServiceAccount token per worker per cell (TokenRequest, audience bloodraven-deploy)",
 		APIRequestsNote: "apiserver_request_total delta over the cell (warm-up included) / operations; " +
 			"includes the in-process operator's own traffic (controllers; watches are not counted per event)",
@@ -64,59 +66,7 @@ func TestLoad(t *testing.T) {
 			unrelated = dbs
 		}
 		for _, c := range p.Clients {
-			for _, mode := range p.Modes {
-				step(t, "cell %s × %d clients × %d databases", mode, c, unrelated)
-				var ops []op
-				var product []*productWorker
-				var floorMeta []*floorMetaWorker
-				switch mode {
-				case modeFloor:
-					for _, w := range floor[:c] {
-						ops = append(ops, w.op)
-					}
-				case modeFloorMeta:
-					floorMeta, err = s.floorMetaWorkers(ctx, c)
-					must(t, err)
-					for _, w := range floorMeta {
-						ops = append(ops, w.op)
-					}
-				case modePeer:
-					for _, w := range peer[:c] {
-						ops = append(ops, w.op)
-					}
-				case modeProduct:
-					product, err = s.productWorkers(ctx, c, fmt.Sprintf("d%d-c%d", unrelated, c))
-					must(t, err)
-					for _, w := range product {
-						ops = append(ops, w.op)
-					}
-				}
-				stopProfile := profileAPIServer(ctx, fmt.Sprintf("cell-%s-%d-%d", mode, c, unrelated), p.Warmup+p.Measure)
-				cell, err := runCell(ctx, ops, p.Warmup, p.Measure)
-				stopProfile()
-				cell.Mode, cell.Clients, cell.Databases = mode, c, unrelated
-				if floorMeta != nil {
-					must(t, releaseFloorMeta(ctx, floorMeta))
-				}
-				if mode == modeProduct {
-					must(t, s.releaseProduct(ctx, product))
-					// The API caches a successful review 15 s per token.
-					cell.TokenReviewsMin = ptrTo(c * int(math.Ceil(cell.Seconds/15)))
-				} else {
-					cell.TokenReviews, cell.TokenReviewsPer1000 = nil, nil
-				}
-				switch {
-				case err != nil:
-					rep.fail("cell %s × %d × %d: %v", mode, c, unrelated, err)
-				case cell.Ops == 0:
-					rep.fail("cell %s × %d × %d: no successful operation (%d errors, first: %s)",
-						mode, c, unrelated, cell.Errors, cell.FirstErr)
-				}
-				if cell.Errors > 0 {
-					t.Logf("cell %s × %d × %d: %d failed operations, first: %s", mode, c, unrelated, cell.Errors, cell.FirstErr)
-				}
-				rep.Cells = append(rep.Cells, cell)
-			}
+			rep.Cells = append(rep.Cells, s.renewalCells(ctx, t, rep, p, c, unrelated, floor, peer)...)
 		}
 	}
 	fillRatios(rep.Cells)
@@ -152,35 +102,195 @@ func TestLoad(t *testing.T) {
 	}
 }
 
-// runCell runs ops between two scrapes of the API server's counters.
-func runCell(ctx context.Context, ops []op, warmup, measure time.Duration) (Cell, error) {
+// renewalCells measures every mode at c clients in p.Rounds interleaved
+// rounds: each round runs one slice (p.Warmup + p.Measure) of every mode,
+// in the order of p.Modes on even rounds and in reverse on odd ones, so a
+// drift of the machine's speed weighs on every mode alike. A mode's cell
+// aggregates its slices; each product or peer slice is also compared with
+// the floor slice of its round (Cell.OpsRatioToFloorByRound).
+func (s *scene) renewalCells(ctx context.Context, t *testing.T, rep *Report, p params, c, unrelated int, floor []*floorWorker, peer []*peerWorker) []Cell {
+	t.Helper()
+	opsOf := map[string][]op{}
+	var product []*productWorker
+	var floorMeta []*floorMetaWorker
+	var err error
+	for _, mode := range p.Modes {
+		switch mode {
+		case modeFloor:
+			for _, w := range floor[:c] {
+				opsOf[mode] = append(opsOf[mode], w.op)
+			}
+		case modeFloorMeta:
+			floorMeta, err = s.floorMetaWorkers(ctx, c)
+			must(t, err)
+			for _, w := range floorMeta {
+				opsOf[mode] = append(opsOf[mode], w.op)
+			}
+		case modePeer:
+			for _, w := range peer[:c] {
+				opsOf[mode] = append(opsOf[mode], w.op)
+			}
+		case modeProduct:
+			product, err = s.productWorkers(ctx, c, fmt.Sprintf("d%d-c%d", unrelated, c))
+			must(t, err)
+			for _, w := range product {
+				opsOf[mode] = append(opsOf[mode], w.op)
+			}
+		default:
+			t.Fatalf("unknown mode %q", mode)
+		}
+	}
+	ran := map[string][]slice{}
+	for round := range p.Rounds {
+		order := append([]string(nil), p.Modes...)
+		if round%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, mode := range order {
+			step(t, "round %d/%d: %s × %d clients × %d databases", round+1, p.Rounds, mode, c, unrelated)
+			stopProfile := profileAPIServer(ctx, fmt.Sprintf("cell-%s-%d-%d-r%d", mode, c, unrelated, round+1), p.Warmup+p.Measure)
+			sl, err := runSlice(ctx, opsOf[mode], p.Warmup, p.Measure)
+			stopProfile()
+			if err != nil {
+				rep.fail("cell %s × %d × %d, round %d: %v", mode, c, unrelated, round+1, err)
+			}
+			ran[mode] = append(ran[mode], sl)
+			if cpu := sl.cpu.perOp(cpuSample{}, sl.run.total); cpu != nil {
+				t.Logf("  %.0f ops/s, %d errors, cpu ms/op %.2f (%.2f, %.2f, %.2f)", sl.measured, sl.run.errors,
+					cpu["total"], cpu["bench+operator"], cpu["kube-apiserver"], cpu["etcd"])
+			}
+		}
+	}
+	if floorMeta != nil {
+		must(t, releaseFloorMeta(ctx, floorMeta))
+	}
+	if product != nil {
+		must(t, s.releaseProduct(ctx, product))
+	}
+	var cells []Cell
+	for _, mode := range p.Modes {
+		cell := cellOf(ran[mode], p.Measure)
+		cell.Mode, cell.Clients, cell.Databases = mode, c, unrelated
+		if mode == modeProduct {
+			// The API caches a successful review 15 s per token, and the
+			// product's slices span the whole interleaved run.
+			cell.TokenReviewsMin = ptrTo(c * int(math.Ceil(cell.SpanSeconds/15)))
+		} else {
+			cell.TokenReviews, cell.TokenReviewsPer1000 = nil, nil
+		}
+		if mode != modeFloor {
+			cell.OpsRatioToFloorByRound = roundRatios(ran[mode], ran[modeFloor])
+		}
+		if cell.Ops == 0 {
+			rep.fail("cell %s × %d × %d: no successful operation (%d errors, first: %s)",
+				mode, c, unrelated, cell.Errors, cell.FirstErr)
+		}
+		if cell.Errors > 0 {
+			t.Logf("cell %s × %d × %d: %d failed operations, first: %s", mode, c, unrelated, cell.Errors, cell.FirstErr)
+		}
+		cells = append(cells, cell)
+	}
+	return cells
+}
+
+// slice is one run of a mode's operations between two scrapes of the API
+// server's counters and two samples of /proc.
+type slice struct {
+	run   run
+	api   apiCounts
+	cpu   cpuSample // CPU seconds used during the slice, by process
+	start time.Time
+	// measured is the ops/s of the measured window.
+	measured float64
+}
+
+// runSlice runs ops for warmup+measure between two scrapes.
+func runSlice(ctx context.Context, ops []op, warmup, measure time.Duration) (slice, error) {
 	before, err := scrape(ctx)
 	if err != nil {
-		return Cell{}, err
+		return slice{}, err
 	}
+	start := time.Now()
 	cpu0 := sampleCPU()
 	r := runOps(ctx, ops, warmup, measure)
 	cpu1 := sampleCPU()
 	after, err := scrape(ctx)
 	if err != nil {
+		return slice{}, err
+	}
+	return slice{run: r, api: after.sub(before), cpu: cpu1.minus(cpu0), start: start,
+		measured: float64(len(r.latencies)) / measure.Seconds()}, nil
+}
+
+// cellOf aggregates the slices of one mode: operations, errors, API
+// requests and CPU are summed, latencies merged, ops/s taken over every
+// measured window.
+func cellOf(slices []slice, measure time.Duration) Cell {
+	var c Cell
+	var lat []time.Duration
+	var requests, reviews float64
+	cpu := cpuSample{}
+	var firstErr error
+	for i, sl := range slices {
+		lat = append(lat, sl.run.latencies...)
+		c.TotalOps += sl.run.total
+		c.Errors += sl.run.errors
+		c.Seconds += sl.run.elapsed.Seconds()
+		if firstErr == nil {
+			firstErr = sl.run.firstErr
+		}
+		requests += sl.api.Requests
+		reviews += sl.api.TokenReviews
+		for k, v := range sl.cpu {
+			cpu[k] += v
+		}
+		if i == len(slices)-1 {
+			c.SpanSeconds = sl.start.Add(sl.run.elapsed).Sub(slices[0].start).Seconds()
+		}
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	c.Rounds = len(slices)
+	c.Ops = len(lat)
+	if len(slices) > 0 {
+		c.OpsPerSecond = float64(len(lat)) / (measure.Seconds() * float64(len(slices)))
+	}
+	c.P50Ms, c.P99Ms, c.P999Ms = quantile(lat, 0.5), quantile(lat, 0.99), quantile(lat, 0.999)
+	c.APIRequests = requests
+	c.CPUMsPerOp = cpu.perOp(cpuSample{}, c.TotalOps)
+	if firstErr != nil {
+		c.FirstErr = firstErr.Error()
+	}
+	if c.TotalOps > 0 {
+		c.APIRequestsPerOp = requests / float64(c.TotalOps)
+		c.TokenReviews = ptrTo(reviews)
+		c.TokenReviewsPer1000 = ptrTo(reviews / float64(c.TotalOps) * 1000)
+	}
+	return c
+}
+
+// roundRatios are, round by round, the slice's ops/s over the floor
+// slice's of the same round; nil without a floor.
+func roundRatios(mode, floor []slice) []float64 {
+	if len(floor) != len(mode) {
+		return nil
+	}
+	var out []float64
+	for i := range mode {
+		if floor[i].measured == 0 {
+			return nil
+		}
+		out = append(out, math.Round(mode[i].measured/floor[i].measured*1000)/1000)
+	}
+	return out
+}
+
+// runCell runs ops once between two scrapes: a cell of one slice.
+func runCell(ctx context.Context, ops []op, warmup, measure time.Duration) (Cell, error) {
+	sl, err := runSlice(ctx, ops, warmup, measure)
+	if err != nil {
 		return Cell{}, err
 	}
-	d := after.sub(before)
-	c := Cell{
-		Ops: len(r.latencies), TotalOps: r.total, Errors: r.errors, Seconds: r.elapsed.Seconds(),
-		OpsPerSecond: float64(len(r.latencies)) / measure.Seconds(),
-		P50Ms:        quantile(r.latencies, 0.5), P99Ms: quantile(r.latencies, 0.99), P999Ms: quantile(r.latencies, 0.999),
-		APIRequests: d.Requests, CPUMsPerOp: cpu1.perOp(cpu0, r.total),
-	}
-	if r.firstErr != nil {
-		c.FirstErr = r.firstErr.Error()
-	}
-	if r.total > 0 {
-		c.APIRequestsPerOp = d.Requests / float64(r.total)
-		c.TokenReviews = ptrTo(d.TokenReviews)
-		c.TokenReviewsPer1000 = ptrTo(d.TokenReviews / float64(r.total) * 1000)
-	}
-	return c, nil
+	return cellOf([]slice{sl}, measure), nil
 }
 
 func step(t *testing.T, format string, args ...any) {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,9 +26,12 @@ func TestMain(m *testing.M) {
 // params are the sizes of one run.
 type params struct {
 	Quick bool
-	// Warmup and Measure are the two parts of a cell: operations of the
-	// warm-up count for API requests per operation (the scrapes bracket the
-	// whole cell), only those of Measure for ops/s and latency.
+	// Rounds of interleaved slices make a renewal cell (one slice of every
+	// mode per round). Warmup and Measure are the two parts of a slice:
+	// operations of the warm-up count for API requests per operation (the
+	// scrapes bracket the whole slice), only those of Measure for ops/s and
+	// latency.
+	Rounds          int
 	Warmup, Measure time.Duration
 	// Idle is how long the operator's background traffic is measured.
 	Idle       time.Duration
@@ -49,19 +53,19 @@ type params struct {
 
 func paramsFromEnv() params {
 	p := params{
-		Warmup: 2 * time.Second, Measure: 15 * time.Second, Idle: 5 * time.Second,
+		Rounds: 5, Warmup: time.Second, Measure: 3 * time.Second, Idle: 5 * time.Second,
 		Clients: []int{1, 8, 32}, Databases: []int{0, 5000}, Namespaces: 10,
 		RevocationLeases: 100, Tombstones: 10000, Settle: 10 * time.Second, Workers: 16,
 	}
 	if os.Getenv("BENCH_QUICK") != "" {
 		p.Quick = true
-		p.Warmup, p.Measure, p.Idle, p.Settle = 500*time.Millisecond, 2500*time.Millisecond, 2*time.Second, 3*time.Second
+		p.Rounds, p.Warmup, p.Measure, p.Idle, p.Settle = 3, 300*time.Millisecond, time.Second, 2*time.Second, 3*time.Second
 	}
 	if smoke() {
 		// The smallest of each figure: it proves the load generator builds
 		// and runs, and measures nothing worth reading.
 		p.Quick = true
-		p.Warmup, p.Measure, p.Idle, p.Settle = 200*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
+		p.Rounds, p.Warmup, p.Measure, p.Idle, p.Settle = 1, 200*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
 		p.Clients, p.Databases, p.RevocationLeases, p.Tombstones = []int{1}, []int{0}, 5, 200
 	}
 	// BENCH_CLIENTS, BENCH_DATABASES and BENCH_MODES (comma-separated)
@@ -73,10 +77,18 @@ func paramsFromEnv() params {
 	if v := ints(os.Getenv("BENCH_DATABASES")); v != nil {
 		p.Databases = v
 	}
+	if v := ints(os.Getenv("BENCH_ROUNDS")); len(v) == 1 && v[0] > 0 {
+		p.Rounds = v[0]
+	}
 	p.RenewalsOnly = os.Getenv("BENCH_RENEWALS_ONLY") != ""
 	p.Modes = []string{modeFloor, modeProduct, modePeer}
 	if v := os.Getenv("BENCH_MODES"); v != "" {
-		p.Modes = strings.Split(v, ",")
+		p.Modes = nil
+		for _, m := range strings.Split(v, ",") {
+			if !slices.Contains(p.Modes, m) {
+				p.Modes = append(p.Modes, m)
+			}
+		}
 	}
 	return p
 }

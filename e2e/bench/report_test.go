@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -12,7 +13,7 @@ import (
 )
 
 // ReportSchema names the JSON layout below; change it with the layout.
-const ReportSchema = "bloodraven-bench/v1"
+const ReportSchema = "bloodraven-bench/v2"
 
 // Report is the JSON written to BENCH_OUT.
 type Report struct {
@@ -22,7 +23,9 @@ type Report struct {
 	GoVersion  string    `json:"goVersion"`
 	NumCPU     int       `json:"numCPU"`
 	GOMAXPROCS int       `json:"gomaxprocs"`
-	// WarmupSeconds and MeasureSeconds are the two parts of every cell.
+	// Rounds of interleaved slices make a renewal cell; WarmupSeconds and
+	// MeasureSeconds are the two parts of every slice.
+	Rounds         int     `json:"rounds"`
 	WarmupSeconds  float64 `json:"warmupSeconds"`
 	MeasureSeconds float64 `json:"measureSeconds"`
 	// ProductTokens says how the product cells authenticate.
@@ -62,12 +65,17 @@ type Cell struct {
 	Databases int `json:"databases"`
 	// Ops are the successful operations started in the measured window;
 	// TotalOps also those of the warm-up.
-	Ops      int     `json:"ops"`
-	TotalOps int     `json:"totalOps"`
-	Errors   int     `json:"errors"`
-	FirstErr string  `json:"firstError,omitempty"`
-	Seconds  float64 `json:"seconds"`
-	// OpsPerSecond is Ops over the measured window.
+	Ops      int    `json:"ops"`
+	TotalOps int    `json:"totalOps"`
+	Errors   int    `json:"errors"`
+	FirstErr string `json:"firstError,omitempty"`
+	// Rounds is the number of slices the cell aggregates; Seconds their
+	// time, SpanSeconds from the first one's start to the last one's end
+	// (the other modes' slices run in between).
+	Rounds      int     `json:"rounds"`
+	Seconds     float64 `json:"seconds"`
+	SpanSeconds float64 `json:"spanSeconds"`
+	// OpsPerSecond is Ops over the measured windows.
 	OpsPerSecond float64 `json:"opsPerSecond"`
 	P50Ms        float64 `json:"p50Ms"`
 	P99Ms        float64 `json:"p99Ms"`
@@ -88,6 +96,9 @@ type Cell struct {
 	// the floor cell of the same clients and databases.
 	OpsRatioToFloor *float64 `json:"opsRatioToFloor,omitempty"`
 	P50RatioToFloor *float64 `json:"p50RatioToFloor,omitempty"`
+	// OpsRatioToFloorByRound compares each slice with the floor slice of
+	// its round: the spread says how far one pair of slices can be trusted.
+	OpsRatioToFloorByRound []float64 `json:"opsRatioToFloorByRound,omitempty"`
 	// CPUMsPerOp is the CPU time (user + system, from /proc) per operation
 	// (TotalOps) over the whole cell, by process: "bench+operator" (the
 	// test process: load generator and in-process operator), each child
@@ -182,15 +193,15 @@ func ptrTo[T any](v T) *T { return &v }
 // table is the report as aligned text.
 func (r *Report) table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "bloodraven load (quick=%v): cells of %.1f s warm-up + %.1f s measured; %s\n",
-		r.Quick, r.WarmupSeconds, r.MeasureSeconds, r.ProductTokens)
+	fmt.Fprintf(&b, "bloodraven load (quick=%v): renewal cells of %d interleaved rounds of %.1f s warm-up + %.1f s measured per mode; %s\n",
+		r.Quick, r.Rounds, r.WarmupSeconds, r.MeasureSeconds, r.ProductTokens)
 	fmt.Fprintf(&b, "API requests per op: %s\n", r.APIRequestsNote)
 	fmt.Fprintf(&b, "background with no load: %.1f API requests/s (%d groups, %.1f s)\n\n",
 		r.Background.APIRequestsPerSecond, r.Background.Groups, r.Background.Seconds)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tclients\tdatabases\tops/s\tp50 ms\tp99 ms\tp99.9 ms\tapi req/op\ttokenreviews/1000\treviews (min)\tops/s ÷ floor\tp50 ÷ floor\terrors\tcpu ms/op (bench+op, apiserver, etcd)\t")
+	fmt.Fprintln(tw, "mode\tclients\tdatabases\tops/s\tp50 ms\tp99 ms\tp99.9 ms\tapi req/op\ttokenreviews/1000\treviews (min)\tops/s ÷ floor\tby round (min–max)\tp50 ÷ floor\terrors\tcpu ms/op (bench+op, apiserver, etcd)\t")
 	for _, c := range r.Cells {
-		tr, trMin, ro, rp := "-", "-", "-", "-"
+		tr, trMin, ro, rr, rp := "-", "-", "-", "-", "-"
 		if c.TokenReviewsPer1000 != nil {
 			tr = fmt.Sprintf("%.2f", *c.TokenReviewsPer1000)
 			trMin = fmt.Sprintf("%.0f (%d)", *c.TokenReviews, *c.TokenReviewsMin)
@@ -198,14 +209,17 @@ func (r *Report) table() string {
 		if c.OpsRatioToFloor != nil {
 			ro, rp = fmt.Sprintf("%.2f", *c.OpsRatioToFloor), fmt.Sprintf("%.2f", *c.P50RatioToFloor)
 		}
+		if len(c.OpsRatioToFloorByRound) > 0 {
+			rr = fmt.Sprintf("%.2f–%.2f", slices.Min(c.OpsRatioToFloorByRound), slices.Max(c.OpsRatioToFloorByRound))
+		}
 		cpu := "-"
 		if c.CPUMsPerOp != nil {
 			cpu = fmt.Sprintf("%.2f (%.2f, %.2f, %.2f)", c.CPUMsPerOp["total"], c.CPUMsPerOp["bench+operator"],
 				c.CPUMsPerOp["kube-apiserver"], c.CPUMsPerOp["etcd"])
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%d\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t\n",
 			c.Mode, c.Clients, c.Databases, c.OpsPerSecond, c.P50Ms, c.P99Ms, c.P999Ms, c.APIRequestsPerOp,
-			tr, trMin, ro, rp, c.Errors, cpu)
+			tr, trMin, ro, rr, rp, c.Errors, cpu)
 	}
 	_ = tw.Flush()
 	for _, f := range r.Failures {

@@ -198,4 +198,4 @@ func parallel(n, workers int, f func(worker, i int) error) error {
 }
 
 // benchFairShare are per-identity limits no bench cell reaches.
-var benchFairShare = deployapi.FairShare{Rate: 1e6, Burst: 1e6, InFlight: 1 << 12, HeldGets: 1 << 12}
+var benchFairShare = deployapi.FairShare{Rate: 1e6, Burst: 1e6, InFlight: 1 << 12, HeldGets: 1 << 12, Reads: 1 << 12}
