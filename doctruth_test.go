@@ -48,6 +48,7 @@ var external = map[string]string{
 	"--plugin":                      "pt-online-schema-change (docs/online-schema-change.md)",
 	"--postpone-cut-over-flag-file": "gh-ost (docs/online-schema-change.md)",
 	"--hooks-path":                  "gh-ost (docs/online-schema-change.md)",
+	"--show-managed-fields":         "kubectl get (docs/leases.md)",
 }
 
 // docFiles are the Markdown pages of the project.

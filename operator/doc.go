@@ -10,6 +10,15 @@
 // one writes the other verifies; the controller's client has limiters of
 // its own, so a burst of failovers never queues behind deploy requests.
 //
+// The hot path of a renewal (docs/leases.md, "What one request costs"):
+// RESTConfig asks the API server for uncompressed answers; CacheOptions
+// keeps no managed fields; MapperProvider remembers the REST mappings of
+// the project's kinds and the Lease, whose scope cannot change; the
+// deployment API's uncached reads of groups and databases are GETs decoded
+// straight into their types (directreader.go), with the API server's
+// errors. These change what is spent, never what is read: every read the
+// fence or the authorization needs is still a GET from the API server.
+//
 // Not here: the manager itself (its cache scope, leader election,
 // listeners), the TLS listener and the auxiliary server, and the lease
 // guard check: the caller owns those, because a test harness replaces

@@ -30,6 +30,12 @@
 // per source address, and 32 fresh tokens from one address would queue
 // behind that limit (503 unavailable) instead of renewing.
 //
+// A renewal cell is Rounds interleaved rounds (BENCH_ROUNDS, default 5):
+// each round runs one slice of every mode, in the order of the modes on
+// even rounds and the reverse on odd ones, so a drift of the machine's
+// speed weighs on every mode alike; a cell sums its mode's slices, and
+// reports each slice's ratio to the floor slice of its round.
+//
 // BENCH_QUICK=1 shortens every cell; BENCH_SMOKE=1 (what `make test` runs)
 // runs the smallest size of every table in under a minute, to prove that
 // the load generator builds and runs; BENCH_OUT names the JSON report (see
@@ -40,7 +46,7 @@
 // format and the deployment API) and BENCH_RENEWALS_ONLY=1
 // skips the heap and revocation figures: for profiling a cell
 // (go test -cpuprofile), never for a report. BENCH_APISERVER_PROFILE=dir
-// writes kube-apiserver's CPU profile of every renewal cell (and of the
+// writes kube-apiserver's CPU profile of every renewal slice (and of the
 // site-loss failovers) into dir.
 //
 // Guarantees: every figure is measured, never estimated; the test fails when
