@@ -55,16 +55,7 @@ func TestTombstonesAreNeverCached(t *testing.T) {
 	write(mutexName, mutex)
 	pendingLease := write(pendingName, pending)
 
-	opts := CacheOptions(ns)
-	opts.Scheme = env.Scheme
-	c, err := cache.New(env.Config, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = c.Start(ctx) }()
-	if !c.WaitForCacheSync(ctx) {
-		t.Fatal("the cache did not sync")
-	}
+	c := startCache(ctx, t, ns)
 	cached := func() []string {
 		var list coordinationv1.LeaseList
 		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
@@ -112,4 +103,21 @@ func TestTombstonesAreNeverCached(t *testing.T) {
 	if len(all.Items) != 3 {
 		t.Errorf("the API server holds %d Leases, want the mutex and both tombstones", len(all.Items))
 	}
+}
+
+// startCache starts the operator's cache (CacheOptions) for ns until ctx
+// ends, and waits for it to sync.
+func startCache(ctx context.Context, t *testing.T, ns string) cache.Cache {
+	t.Helper()
+	opts := CacheOptions(ns)
+	opts.Scheme = env.Scheme
+	c, err := cache.New(env.Config, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("the cache did not sync")
+	}
+	return c
 }

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bloodravenv1alpha1 "github.com/shipstream/bloodraven/api/v1alpha1"
@@ -46,16 +45,7 @@ func TestDeploymentLeasesCarryNoManagedFields(t *testing.T) {
 	if err := env.Client.Create(ctx, g); err != nil {
 		t.Fatal(err)
 	}
-	opts := CacheOptions(ns)
-	opts.Scheme = env.Scheme
-	c, err := cache.New(env.Config, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = c.Start(ctx) }()
-	if !c.WaitForCacheSync(ctx) {
-		t.Fatal("the cache did not sync")
-	}
+	c := startCache(ctx, t, ns)
 	st := &leasestore.Store{Client: env.Client, Cached: c, API: env.Client, Clock: clock.RealClock{}}
 	now := time.Now().UTC()
 	rec := leases.Record{Group: g.Name, GroupUID: string(g.UID), Kind: leases.KindMigration, OperationID: "op-1",
