@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,17 +30,12 @@ type directReader struct {
 	clients map[string]rest.Interface // by resource
 }
 
-// directResources are the kinds directReader reads itself, by resource.
-var directResources = map[string]schema.GroupVersionResource{
-	"mysqlfailovergroups": bloodravenv1alpha1.GroupVersion.WithResource("mysqlfailovergroups"),
-	"mysqldatabases":      bloodravenv1alpha1.GroupVersion.WithResource("mysqldatabases"),
-}
-
 func newDirectReader(cfg *rest.Config, httpClient *http.Client, next client.Reader) (*directReader, error) {
 	r := &directReader{next: next, clients: map[string]rest.Interface{}}
-	for resource, gvr := range directResources {
+	// The resources zeroed names, all of this project's API group.
+	for _, resource := range []string{"mysqlfailovergroups", "mysqldatabases"} {
 		c := rest.CopyConfig(cfg)
-		gv := gvr.GroupVersion()
+		gv := bloodravenv1alpha1.GroupVersion
 		c.GroupVersion = &gv
 		c.APIPath = "/apis"
 		c.ContentType = "application/json"

@@ -176,9 +176,9 @@ const (
 
 // CacheOptions is the manager's cache: deployment Leases by label, never a
 // tombstone once announced (leasestore.CacheByObject), every object without
-// its managed fields (the operator never reads them; a Lease read from the
-// cache is written back without them, so the API server keeps its own and
-// neither side encodes or decodes them on a renewal), and, when namespaces
+// its managed fields (the operator never reads them; an object written back
+// from the cache carries none, so the API server keeps the live ones, and a
+// deployment Lease's are dropped by leasestore anyway), and, when namespaces
 // are given, every informer confined to them (the namespaced install: every
 // reconcile and every proposal of the deployment API).
 func CacheOptions(namespaces ...string) cache.Options {

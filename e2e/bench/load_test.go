@@ -117,25 +117,17 @@ func (s *scene) renewalCells(ctx context.Context, t *testing.T, rep *Report, p p
 	for _, mode := range p.Modes {
 		switch mode {
 		case modeFloor:
-			for _, w := range floor[:c] {
-				opsOf[mode] = append(opsOf[mode], w.op)
-			}
+			opsOf[mode] = opsFrom(floor[:c])
 		case modeFloorMeta:
 			floorMeta, err = s.floorMetaWorkers(ctx, c)
 			must(t, err)
-			for _, w := range floorMeta {
-				opsOf[mode] = append(opsOf[mode], w.op)
-			}
+			opsOf[mode] = opsFrom(floorMeta)
 		case modePeer:
-			for _, w := range peer[:c] {
-				opsOf[mode] = append(opsOf[mode], w.op)
-			}
+			opsOf[mode] = opsFrom(peer[:c])
 		case modeProduct:
 			product, err = s.productWorkers(ctx, c, fmt.Sprintf("d%d-c%d", unrelated, c))
 			must(t, err)
-			for _, w := range product {
-				opsOf[mode] = append(opsOf[mode], w.op)
-			}
+			opsOf[mode] = opsFrom(product)
 		default:
 			t.Fatalf("unknown mode %q", mode)
 		}
@@ -191,6 +183,15 @@ func (s *scene) renewalCells(ctx context.Context, t *testing.T, rep *Report, p p
 		cells = append(cells, cell)
 	}
 	return cells
+}
+
+// opsFrom is the closed-loop operation of each worker.
+func opsFrom[W interface{ op(context.Context) error }](ws []W) []op {
+	out := make([]op, len(ws))
+	for i, w := range ws {
+		out[i] = w.op
+	}
+	return out
 }
 
 // slice is one run of a mode's operations between two scrapes of the API

@@ -136,10 +136,16 @@ func (u *unverifiedSeen) first(l *coordinationv1.Lease) bool {
 // decodedRecords remembers the record decoded (and judged) for each of the
 // last object versions read, keyed by UID and resourceVersion: the API
 // server gives a new resourceVersion to every change, so one version always
-// has one record. Each caller gets its own copy.
+// has one record. Each caller gets its own copy. (The LRU locks itself; two
+// readers that miss one version at once both decode it, harmlessly.)
 type decodedRecords struct {
-	mu   sync.Mutex
+	once sync.Once
 	recs *lru.Cache
+}
+
+func (d *decodedRecords) cache() *lru.Cache {
+	d.once.Do(func() { d.recs = lru.New(decodedVersions) })
+	return d.recs
 }
 
 // decodedVersions is how many object versions are remembered: more than
@@ -163,12 +169,7 @@ func (d *decodedRecords) get(l *coordinationv1.Lease) (*leases.Record, bool) {
 	if !ok {
 		return nil, false
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.recs == nil {
-		return nil, false
-	}
-	v, ok := d.recs.Get(k)
+	v, ok := d.cache().Get(k)
 	if !ok {
 		return nil, false
 	}
@@ -180,12 +181,7 @@ func (d *decodedRecords) add(l *coordinationv1.Lease, rec *leases.Record) {
 	if !ok {
 		return
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.recs == nil {
-		d.recs = lru.New(decodedVersions)
-	}
-	d.recs.Add(k, rec.Clone())
+	d.cache().Add(k, rec.Clone())
 }
 
 // unverifiedRecord is what an unverified Lease stands for: an object that
